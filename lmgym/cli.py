@@ -1,0 +1,118 @@
+"""The ``lmgym`` command: ``list``, ``play``, ``train`` and ``eval``."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+
+import lmgym
+
+
+class UsageError(Exception):
+    """Bad input from the command line: printed as one line, exit status 2."""
+
+
+def lmgym_ids() -> list[str]:
+    return sorted(i for i in gym.registry if i.startswith("lmgym/"))
+
+
+def check_env_id(env_id: str) -> str:
+    if env_id in gym.registry:
+        return env_id
+    close = difflib.get_close_matches(env_id, lmgym_ids(), n=3, cutoff=0.3)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; registered: {', '.join(lmgym_ids())}"
+    raise UsageError(f"unknown env id {env_id!r}{hint}")
+
+
+def summary_line(env_id: str) -> str:
+    """The first line of the env's docstring (the env class behind its entry point)."""
+    env = gym.make(env_id)
+    doc = (type(env.unwrapped).__doc__ or "").strip().splitlines()
+    env.close()
+    return doc[0] if doc else ""
+
+
+def cmd_list(args: argparse.Namespace) -> None:
+    ids = lmgym_ids()
+    width = max(map(len, ids))
+    for env_id in ids:
+        print(f"{env_id:<{width}}  {summary_line(env_id)}")
+
+
+def cmd_play(args: argparse.Namespace, read: Any = input) -> None:
+    env = gym.make(check_env_id(args.env_id), **parse_kwargs(args.kwargs))
+    tokenizer = env.get_wrapper_attr("tokenizer")
+    seed = args.seed
+    while True:
+        obs, _ = env.reset(seed=seed)
+        print(obs, end="" if obs.endswith("\n") else "\n")
+        total, done = 0.0, False
+        while not done:
+            try:
+                text = read("> ")
+            except EOFError:
+                print()
+                return
+            obs, reward, terminated, truncated, _ = env.step(tokenizer.encode(text))
+            total += reward
+            done = terminated or truncated
+            print(f"{obs.rstrip()}\n[reward {reward:g}]" if obs.strip() else f"[reward {reward:g}]")
+        print(f"episode over ({'terminated' if terminated else 'truncated'}), return {total:g}")
+        seed = None if seed is None else seed + 1
+        if not args.repeat:
+            return
+
+
+def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:
+    """``["max_digits=2", "operators=+-"]`` -> ``{"max_digits": 2, "operators": "+-"}``."""
+    import ast
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"env argument {item!r} is not KEY=VALUE")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lmgym", description=lmgym.__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=lmgym.__version__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="list the registered lmgym envs")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("play", help="play an env by typing actions")
+    p.add_argument("env_id")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--repeat", action="store_true", help="start a new episode after each one")
+    p.add_argument("kwargs", nargs="*", metavar="KEY=VALUE", help="gym.make arguments")
+    p.set_defaults(func=cmd_play)
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except UsageError as e:
+        print(f"lmgym {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

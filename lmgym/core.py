@@ -1,0 +1,132 @@
+"""LMEnv: the base class of every lmgym text environment.
+
+A subclass writes ``reset(...) -> (prompt, info)`` and ``step_text(text) -> (obs, reward,
+terminated, truncated, info)``. ``LMEnv.step`` takes the token ids the agent generated,
+checks them, decodes them with the env's tokenizer and hands the text to ``step_text``; it also
+keeps the transcript (``prompt + action_1 + obs_1 + ...``) that ``render()`` shows.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+from lmgym.spaces import AnyText, TokenSequence
+from lmgym.tokenizers import Tokenizer, as_tokenizer
+
+
+def check_token_ids(action: Any, vocab_size: int) -> np.ndarray:
+    """Returns ``action`` as a 1-D int64 array, or raises ``ValueError`` saying what is wrong.
+
+    Example:
+        >>> check_token_ids([1, 2], vocab_size=10)
+        array([1, 2])
+        >>> check_token_ids([1, 12], vocab_size=10)
+        Traceback (most recent call last):
+        ...
+        ValueError: token id 12 at position 1 is outside the vocabulary (vocab_size=10)
+    """
+    if isinstance(action, str):
+        raise ValueError("actions are token ids, not text: encode it with env.tokenizer first")
+    ids = np.asarray(action.cpu() if hasattr(action, "cpu") else action)
+    if ids.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if ids.ndim != 1:
+        raise ValueError(f"an action is a 1-D sequence of token ids, got shape {ids.shape}")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"token ids must be integers, got dtype {ids.dtype}")
+    bad = np.flatnonzero((ids < 0) | (ids >= vocab_size))
+    if bad.size:
+        raise ValueError(
+            f"token id {ids[bad[0]]} at position {bad[0]} is outside the vocabulary "
+            f"(vocab_size={vocab_size})"
+        )
+    return ids.astype(np.int64)
+
+
+class LMEnv(gym.Env[str, np.ndarray]):
+    """Base class of text environments whose actions are token sequences.
+
+    Class attributes a subclass sets:
+        stop_strings: strings that end a turn (the agent stops generating after one).
+        special_tokens: the env's markup tags, which a tokenizer may make single tokens.
+        max_action_tokens: the longest action, in tokens (the action space's bound).
+
+    Args:
+        tokenizer: an HF tokenizer, a name or local path, an object with the tokenizer protocol,
+            or ``None`` for ``ByteTokenizer``.
+        render_mode: ``"ansi"`` (``render()`` returns the transcript) or ``"human"`` (prints it).
+        max_action_tokens: overrides the class default.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 4}
+    stop_strings: tuple[str, ...] = ()
+    special_tokens: tuple[str, ...] = ()
+    max_action_tokens: int = 64
+    max_observation_length: int = 4096
+
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        render_mode: str | None = None,
+        max_action_tokens: int | None = None,
+    ):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode {render_mode!r} is not one of {self.metadata['render_modes']}")
+        self.render_mode = render_mode
+        self.tokenizer: Tokenizer = as_tokenizer(tokenizer)
+        if max_action_tokens is not None:
+            self.max_action_tokens = int(max_action_tokens)
+        self.action_space = TokenSequence(self.tokenizer.vocab_size, self.max_action_tokens)
+        self.observation_space = AnyText(self.max_observation_length)
+        self.transcript: list[str] = []
+
+    def __init_subclass__(cls, **kwargs: Any):
+        # Record each prompt in the transcript, whatever the subclass's reset does.
+        super().__init_subclass__(**kwargs)
+        if "reset" in cls.__dict__:
+            cls.reset = _recording_reset(cls.__dict__["reset"])  # type: ignore[method-assign]
+
+    def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """The env's logic: what happens after the model wrote ``text``."""
+        raise NotImplementedError
+
+    def step(self, action: Sequence[int] | np.ndarray) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        ids = check_token_ids(action, self.tokenizer.vocab_size)
+        text = self.tokenizer.decode(ids.tolist())
+        obs, reward, terminated, truncated, info = self.step_text(text)
+        self.record(text, obs)
+        return obs, float(reward), bool(terminated), bool(truncated), info
+
+    def record(self, action_text: str, observation: str) -> None:
+        """Appends one turn to the transcript (wrappers that answer a turn call this too)."""
+        self.transcript += [action_text, observation]
+        if self.render_mode == "human":
+            print(action_text + observation, end="", flush=True)
+
+    def oracle(self) -> str:
+        """A good next action as text (for demonstrations, tests and warm starts)."""
+        raise NotImplementedError(f"{type(self).__name__} has no oracle")
+
+    def render(self) -> str | None:
+        text = "".join(self.transcript)
+        if self.render_mode == "human":
+            print(text, flush=True)
+            return None
+        return text
+
+
+def _recording_reset(reset: Any) -> Any:
+    @functools.wraps(reset)
+    def recording_reset(self: LMEnv, *, seed: int | None = None, options: dict | None = None):
+        prompt, info = reset(self, seed=seed, options=options)
+        self.transcript = [prompt]
+        if self.render_mode == "human":
+            print(prompt, end="", flush=True)
+        return prompt, info
+
+    return recording_reset

@@ -1,0 +1,5 @@
+"""lmgym's Gymnasium wrappers."""
+
+from lmgym.wrappers.tool_use import ToolUse
+
+__all__ = ["ToolUse"]

@@ -1,0 +1,107 @@
+"""ToolUse: gives any lmgym env tools the model calls with ``<name>input</name>``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import gymnasium as gym
+
+from lmgym.core import check_token_ids
+
+Tool = Callable[[str], str]
+
+
+class ToolUse(gym.Wrapper):
+    """Answers tool calls; passes every other action to the wrapped env.
+
+    One syntax for all tools: the tool's name is the tag. An action holding
+    ``<calc>37*412</calc>`` is a call of the tool named ``calc``; the wrapper answers with
+    ``<result>15244</result>`` as the observation (``<result>error: ...</result>`` when the tool
+    refuses the input or the call is not closed), reward 0, and the inner env does not see that
+    turn. The first call in an action is the one answered.
+
+    ``stop_strings`` add the tools' closing tags, ``special_tokens`` the tools' tags and the
+    result tags, and ``oracle()`` calls the tool first when the inner env says the task needs it
+    (its ``oracle_tool_call()`` returns the call), then asks the inner env's oracle.
+
+    Args:
+        env: an lmgym env (anything with ``tokenizer``, ``stop_strings`` and ``oracle``).
+        tools: a mapping of tag name to tool, or tools that have a ``name`` attribute.
+
+    Example:
+        >>> from lmgym.envs.calculator import ArithmeticEnv
+        >>> from lmgym.tools import Calculator
+        >>> env = ToolUse(ArithmeticEnv(), [Calculator()])
+        >>> _ = env.reset(seed=0)
+        >>> env.step(env.get_wrapper_attr("tokenizer").encode("<calc>6*7</calc>"))[0]
+        '<result>42</result>'
+    """
+
+    def __init__(self, env: gym.Env, tools: Mapping[str, Tool] | Iterable[Any]):
+        super().__init__(env)
+        self.tools: dict[str, Tool] = dict(tools) if isinstance(tools, Mapping) else {t.name: t for t in tools}
+        if not self.tools:
+            raise ValueError("ToolUse needs at least one tool")
+        for name in self.tools:
+            if not re.fullmatch(r"[A-Za-z_][\w-]*", name):
+                raise ValueError(f"tool name {name!r} is not a valid tag name")
+        names = "|".join(map(re.escape, self.tools))
+        self._call = re.compile(rf"<({names})>(.*?)</\1>", re.DOTALL)
+        self._open = re.compile(rf"<({names})>")
+        self.tool_calls = 0
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        inner = tuple(self.env.get_wrapper_attr("stop_strings"))
+        return inner + tuple(f"</{n}>" for n in self.tools if f"</{n}>" not in inner)
+
+    @property
+    def special_tokens(self) -> tuple[str, ...]:
+        try:
+            inner = tuple(self.env.get_wrapper_attr("special_tokens"))
+        except AttributeError:
+            inner = ()
+        tags = [t for n in self.tools for t in (f"<{n}>", f"</{n}>")] + ["<result>", "</result>"]
+        return inner + tuple(t for t in tags if t not in inner)
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        self.tool_calls = 0
+        return self.env.reset(**kwargs)
+
+    def find_call(self, text: str) -> tuple[str, str | None] | None:
+        """``(tool name, input)`` of the first call in ``text``; input ``None`` if unclosed."""
+        call = self._call.search(text)
+        opened = self._open.search(text)
+        if opened is not None and (call is None or opened.start() < call.start()):
+            return opened.group(1), None
+        return None if call is None else (call.group(1), call.group(2))
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        tokenizer = self.env.get_wrapper_attr("tokenizer")
+        text = tokenizer.decode(check_token_ids(action, tokenizer.vocab_size).tolist())
+        call = self.find_call(text)
+        if call is None:
+            return self.env.step(action)
+        name, tool_input = call
+        if tool_input is None:
+            output = f"error: <{name}> is not closed with </{name}>"
+        else:
+            output = self.tools[name](tool_input)
+        self.tool_calls += 1
+        obs = f"<result>{output}</result>"
+        if hasattr(self.env.unwrapped, "record"):
+            self.env.unwrapped.record(text, obs)
+        return obs, 0.0, False, False, {"tool": name, "tool_input": tool_input, "tool_output": output}
+
+    def oracle(self) -> str:
+        try:
+            call = self.env.get_wrapper_attr("oracle_tool_call")()
+        except AttributeError:
+            call = None
+        if self.tool_calls == 0 and call is not None and self.find_call(call) is not None:
+            return call
+        return self.env.get_wrapper_attr("oracle")()
+
+

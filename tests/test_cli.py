@@ -1,0 +1,46 @@
+import subprocess
+import sys
+
+from lmgym.cli import main, parse_kwargs
+
+
+def run_cli(*args, stdin=""):
+    return subprocess.run([sys.executable, "-m", "lmgym.cli", *args], input=stdin,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_list_shows_every_env(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "lmgym/Calculator-v0" in out and "lmgym/Echo-v0" in out
+    assert "arithmetic question" in out
+
+
+def test_play_calculator_through_stdin():
+    result = run_cli("play", "lmgym/Calculator-v0", "--seed", "0", stdin="<calc>6*7</calc>\n<answer>1</answer>\n")
+    assert result.returncode == 0, result.stderr
+    assert "What is " in result.stdout and "<result>42</result>" in result.stdout
+    assert "[reward 0]" in result.stdout and "episode over (terminated), return 0" in result.stdout
+
+
+def test_play_oracle_answer_gets_reward():
+    import gymnasium as gym
+
+    env = gym.make("lmgym/Echo-v0")
+    env.reset(seed=4)
+    answer = env.get_wrapper_attr("oracle")()
+    result = run_cli("play", "lmgym/Echo-v0", "--seed", "4", stdin=answer + "\n")
+    assert "[reward 1]" in result.stdout and "return 1" in result.stdout
+
+
+def test_unknown_env_is_one_clear_line():
+    result = run_cli("play", "lmgym/Calculater-v0")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "lmgym play: error: unknown env id 'lmgym/Calculater-v0'; did you mean lmgym/Calculator-v0?"
+    ) or "did you mean lmgym/Calculator-v0" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_parse_kwargs():
+    assert parse_kwargs(["max_digits=2", "operators=+-"]) == {"max_digits": 2, "operators": "+-"}
