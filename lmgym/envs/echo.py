@@ -25,8 +25,8 @@ class EchoEnv(LMEnv):
     A word of ``length`` letters drawn from the env's RNG.
 
     ## Rewards
-    The fraction of the word's positions the action got right (extra characters cost
-    ``1 / length`` each, down to 0): 1.0 for an exact echo.
+    Correct positions / max(len(action text), length): 1.0 for an exact echo, partial credit
+    for each right letter, less for rambling on.
 
     ## Episode End
     Terminated after one action.
@@ -61,8 +61,7 @@ class EchoEnv(LMEnv):
 
     def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         hits = sum(a == b for a, b in zip(text, self.word))
-        extra = max(0, len(text) - self.length)
-        reward = max(0.0, (hits - extra) / self.length)
+        reward = hits / max(len(text), self.length)
         return "", reward, True, False, {"correct": text == self.word}
 
     def oracle(self) -> str:

@@ -1,0 +1,105 @@
+"""Advantage estimators: token-level GAE, and critic-free RLOO and GRPO over episode groups.
+
+Pure functions on tensors; ``PPOAgent.compute_advantages`` lays episodes out for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    bootstrap_value: float = 0.0,
+    gamma: float = 1.0,
+    gae_lambda: float = 0.95,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation over one episode's action tokens.
+
+    The steps are the episode's action tokens in order; the environment's text between turns
+    is no step at all (an env gap is zero time steps), so the bootstrap carries across it
+    undamped. ``bootstrap_value`` is V of the state after the last token: 0 when the episode
+    terminated, the value estimate when it was truncated.
+
+    Args:
+        rewards: (N,) reward of each action token.
+        values: (N,) value of the state before each action token.
+
+    Returns:
+        advantages (N,) and returns (N,) = advantages + values.
+
+    Example:
+        >>> adv, ret = gae(torch.tensor([0.0, 1.0]), torch.tensor([0.5, 0.5]), gamma=1.0, gae_lambda=1.0)
+        >>> adv.tolist(), ret.tolist()
+        ([0.5, 0.5], [1.0, 1.0])
+    """
+    next_values = torch.cat([values[1:], values.new_tensor([bootstrap_value])])
+    deltas = rewards + gamma * next_values - values  # (N,)
+    advantages = torch.zeros_like(deltas)
+    running = 0.0
+    for t in reversed(range(len(deltas))):
+        running = deltas[t] + gamma * gae_lambda * running
+        advantages[t] = running
+    return advantages, advantages + values
+
+
+def _groups(group_ids: Sequence[int]) -> dict[int, list[int]]:
+    groups: dict[int, list[int]] = {}
+    for i, g in enumerate(group_ids):
+        groups.setdefault(int(g), []).append(i)
+    for g, members in groups.items():
+        if len(members) < 2:
+            raise ValueError(f"group {g} has {len(members)} episode; group estimators need >= 2 "
+                             "episodes per task: collect(..., group_size=k) with k >= 2")
+    return groups
+
+
+def rloo_advantages(returns: torch.Tensor, group_ids: Sequence[int]) -> torch.Tensor:
+    """REINFORCE leave-one-out (Ahmadian et al. 2024): R_i minus the mean of the others in its group.
+
+    Example:
+        >>> rloo_advantages(torch.tensor([1.0, 0.0, 0.0, 2.0]), [0, 0, 1, 1]).tolist()
+        [1.0, -1.0, -2.0, 2.0]
+    """
+    advantages = torch.zeros_like(returns)
+    for members in _groups(group_ids).values():
+        r = returns[members]
+        advantages[members] = r - (r.sum() - r) / (len(members) - 1)
+    return advantages
+
+
+def grpo_advantages(returns: torch.Tensor, group_ids: Sequence[int], eps: float = 1e-4) -> torch.Tensor:
+    """GRPO (Shao et al. 2024): (R_i - group mean) / (group std + eps), population std.
+
+    A group whose returns are all equal gets zero advantages.
+
+    Example:
+        >>> grpo_advantages(torch.tensor([1.0, 0.0, 3.0, 3.0]), [0, 0, 1, 1], eps=0.0).tolist()
+        [1.0, -1.0, 0.0, 0.0]
+    """
+    advantages = torch.zeros_like(returns)
+    for members in _groups(group_ids).values():
+        r = returns[members]
+        std = r.std(unbiased=False)
+        advantages[members] = 0.0 if std == 0 else (r - r.mean()) / (std + eps)
+    return advantages
+
+
+def whiten(x: torch.Tensor, mask: torch.Tensor, min_std: float = 1e-2) -> torch.Tensor:
+    """Normalizes ``x`` over the positions ``mask`` selects; zero elsewhere.
+
+    Guards a near-zero spread: below ``min_std`` the values are only centred, not scaled,
+    since dividing by it would turn noise into large updates.
+
+    Example:
+        >>> whiten(torch.tensor([1.0, 3.0, 9.0]), torch.tensor([True, True, False])).tolist()
+        [-1.0, 1.0, 0.0]
+    """
+    selected = x[mask]
+    centred = x - selected.mean()
+    std = selected.std(unbiased=False)
+    out = centred / std if std > min_std else centred
+    return torch.where(mask, out, torch.zeros_like(x))

@@ -1,0 +1,53 @@
+"""Metrics to ``metrics.csv`` and, when installed, TensorBoard (through accelerate's tracker)."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLogger:
+    """Logs one ``/``-namespaced dict per update to ``DIR/metrics.csv`` and TensorBoard.
+
+    The CSV is rewritten on every log so that a column first seen late (an evaluation metric,
+    say) still gets a header; it is small (one row per update).
+    """
+
+    def __init__(self, log_dir: str | os.PathLike, config: dict[str, Any] | None = None):
+        self.dir = Path(log_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.csv_path = self.dir / "metrics.csv"
+        self.rows: list[dict[str, Any]] = []
+        if self.csv_path.exists():  # a resumed run appends to its history
+            with open(self.csv_path, newline="") as f:
+                self.rows = list(csv.DictReader(f))
+        self.tensorboard = None
+        try:
+            from accelerate.tracking import TensorBoardTracker
+
+            self.tensorboard = TensorBoardTracker("tensorboard", str(self.dir))
+            if hasattr(self.tensorboard, "start"):  # accelerate >= 1.3 opens the writer lazily
+                self.tensorboard.start()
+            if config:
+                self.tensorboard.store_init_configuration(
+                    {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in config.items()}
+                )
+        except ImportError:
+            pass
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        row = {"step": step, **metrics}
+        self.rows = [r for r in self.rows if int(float(r["step"])) < step] + [row]
+        columns = list(dict.fromkeys(k for r in self.rows for k in r))
+        with open(self.csv_path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(self.rows)
+        if self.tensorboard is not None:
+            self.tensorboard.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
+
+    def close(self) -> None:
+        if self.tensorboard is not None:
+            self.tensorboard.finish()

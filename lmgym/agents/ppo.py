@@ -1,0 +1,651 @@
+"""PPOAgent: token-level PPO for Hugging Face causal LMs on lmgym (Gymnasium) episodes.
+
+The loop, top to bottom::
+
+    collect(envs, n)   episodes as token streams (every model call of every turn), scored with
+                       old log-probs, reference log-probs and values
+    update(batch)      compute_rewards -> compute_advantages -> PPO epochs over minibatches
+    learn(envs, N)     collect/update until N episodes, with progress, metrics, checkpoints
+    step(q, r, s, m)   the classic step-wise entry for hand-written loops
+
+Every stage is a method a subclass can override (``generate``, ``compute_rewards``,
+``compute_advantages``, ``loss``), and each is usable on its own.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+from lmgym.agents.advantages import gae, grpo_advantages, rloo_advantages, whiten
+from lmgym.agents.config import PPOConfig
+from lmgym.agents.generation import StopOnStrings, cut_action
+from lmgym.agents.kl import KLController
+from lmgym.agents.metrics import MetricsLogger
+from lmgym.agents.policy import PolicyWithValue, state_values, token_entropy, token_logprobs
+from lmgym.agents.trajectories import Episode, Trajectories
+from lmgym.tokenizers import Tokenizer, as_tokenizer, load_tokenizer
+
+EVAL_SEED_OFFSET = 2**30
+"""Training episodes draw reset seeds below this; held-out evaluation seeds start here."""
+
+Callback = Callable[..., Any]
+
+
+class PPOAgent:
+    """Trains a causal LM with PPO on Gymnasium envs whose actions are token sequences.
+
+    Args:
+        model: an ``AutoModelForCausalLM`` instance, or a name or local path to load one from.
+        tokenizer: HF tokenizer, lmgym tokenizer, protocol object, or name/path; ``None`` loads
+            it from the model's path.
+        ref_model: the KL reference; ``None`` makes a frozen copy of ``model`` (for a PEFT model,
+            the base with adapters disabled).
+        config: a ``PPOConfig``.
+
+    Example:
+        >>> import gymnasium as gym, lmgym
+        >>> from transformers import GPT2Config, GPT2LMHeadModel
+        >>> model = GPT2LMHeadModel(GPT2Config(vocab_size=258, n_embd=32, n_layer=1, n_head=2))
+        >>> agent = PPOAgent(model, tokenizer=lmgym.ByteTokenizer(), config=PPOConfig(seed=0))
+        >>> batch = agent.collect(gym.make("lmgym/Echo-v0"), num_episodes=2)
+        >>> len(batch), sorted(agent.update(batch))[:2]
+        (2, ['env/action_tokens', 'env/return'])
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel | str | os.PathLike,
+        tokenizer: Any = None,
+        ref_model: PreTrainedModel | None = None,
+        config: PPOConfig | None = None,
+    ):
+        self.config = config or PPOConfig()
+        self.accelerator = Accelerator(
+            mixed_precision=self.config.mixed_precision,
+            gradient_accumulation_steps=self.config.gradient_accumulation_steps,
+        )
+        set_seed(self.config.seed + self.accelerator.process_index)
+        if isinstance(model, (str, os.PathLike)):
+            tokenizer = model if tokenizer is None else tokenizer
+            model = load_model(model)
+        if tokenizer is None:
+            tokenizer = model.name_or_path or None
+        if tokenizer is None:
+            raise ValueError("no tokenizer: pass tokenizer= (a model built from a config has no path to load one from)")
+        self.tokenizer: Tokenizer = as_tokenizer(tokenizer)
+        check_model_vocab(model, self.tokenizer)
+        disable_dropout(model)  # dropout would make the PPO ratio differ from 1 at the start
+
+        self.is_peft = hasattr(model, "disable_adapter") and ref_model is None
+        if ref_model is None and not self.is_peft:
+            ref_model = copy.deepcopy(model)
+        if ref_model is not None:
+            ref_model.requires_grad_(False).eval().to(self.accelerator.device)
+        self.ref_model = ref_model
+
+        policy = PolicyWithValue(model)
+        optimizer = torch.optim.AdamW(
+            [p for p in policy.parameters() if p.requires_grad], lr=self.config.learning_rate
+        )
+        self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
+        self.kl_controller = KLController(self.config.kl_coef, self.config.adaptive_kl,
+                                          self.config.kl_target, self.config.kl_horizon)
+        self.seed_rng = np.random.default_rng([self.config.seed, self.accelerator.process_index])
+        self.num_episodes = 0
+        self.num_updates = 0
+
+    # ----------------------------------------------------------------------------- the model
+    @property
+    def model(self) -> PreTrainedModel:
+        """The causal LM being trained (unwrapped from accelerate)."""
+        return self.accelerator.unwrap_model(self.policy).model
+
+    @property
+    def max_context_tokens(self) -> int:
+        limit = self.config.max_context_tokens or getattr(self.model.config, "max_position_embeddings", None)
+        return int(limit or 2048)
+
+    # ------------------------------------------------------------------------------ generate
+    @torch.no_grad()
+    def generate(self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int) -> list[list[int]]:
+        """One turn for each context: the sampled action ids, each ended by EOS, a stop string
+        or ``max_new_tokens``. Batched with left padding; any ``generation_kwargs`` apply."""
+        tok = self.tokenizer
+        width = max(map(len, contexts))
+        input_ids = torch.full((len(contexts), width), tok.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for i, ctx in enumerate(contexts):
+            input_ids[i, width - len(ctx) :] = torch.tensor(ctx)
+            attention_mask[i, width - len(ctx) :] = 1
+        kwargs = dict(self.config.sampling_kwargs)
+        criteria = [StopOnStrings(tok, stop_strings, width)] if stop_strings else []
+        model = self.model
+        was_training = model.training
+        model.eval()
+        out = model.generate(
+            input_ids=input_ids.to(self.accelerator.device),
+            attention_mask=attention_mask.to(self.accelerator.device),
+            max_new_tokens=max_new_tokens,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+            stopping_criteria=criteria,
+            **kwargs,
+        )
+        model.train(was_training)
+        return [cut_action(row[width:].tolist(), tok, stop_strings, max_new_tokens) for row in out.cpu()]
+
+    # ------------------------------------------------------------------------------- collect
+    def collect(self, envs: gym.Env | VectorEnv, num_episodes: int, group_size: int | None = None,
+                seeds: Sequence[int] | None = None) -> Trajectories:
+        """Runs ``num_episodes`` episodes and returns them, scored (old and reference log-probs,
+        values).
+
+        Args:
+            envs: a Gymnasium ``VectorEnv`` (either autoreset mode), or a single env.
+            num_episodes: how many episodes.
+            group_size: episodes per task: each group of k envs is reset with the same seed
+                (defaults to ``config.group_size``); ``num_envs`` must be a multiple of it.
+            seeds: explicit reset seeds, one per task (e.g. held-out evaluation seeds).
+        """
+        vec = as_vector_env(envs)
+        contract = self.env_contract(vec)
+        k = group_size or self.config.group_size or 1
+        if vec.num_envs % k or num_episodes % k:
+            raise ValueError(f"group_size {k} must divide num_envs ({vec.num_envs}) and num_episodes ({num_episodes})")
+        task_seeds = list(seeds) if seeds is not None else self.next_seeds(num_episodes // k)
+        if len(task_seeds) * k < num_episodes:
+            raise ValueError(f"{len(task_seeds)} seeds for {num_episodes} episodes in groups of {k}")
+        episodes: list[Episode] = []
+        while len(episodes) < num_episodes:
+            wave = min(vec.num_envs, num_episodes - len(episodes)) // k
+            first_group = len(episodes) // k
+            wave_seeds = [s for s in task_seeds[first_group : first_group + wave] for _ in range(k)]
+            episodes += self.run_episodes(vec, wave_seeds, contract, k, first_group)
+        self.score(episodes)
+        return Trajectories(episodes)
+
+    def next_seeds(self, n: int) -> list[int]:
+        """Fresh training seeds (below ``EVAL_SEED_OFFSET``), reproducible from ``config.seed``."""
+        return [int(s) for s in self.seed_rng.integers(0, EVAL_SEED_OFFSET, size=n)]
+
+    def env_contract(self, vec: VectorEnv) -> dict[str, Any]:
+        """Reads the env's tokenizer, stop strings and turn budget, and checks the tokenizer."""
+        env_tok = as_tokenizer(_attr(vec, "tokenizer"))
+        mine = self.tokenizer
+        if (env_tok.vocab_size, env_tok.eos_token_id) != (mine.vocab_size, mine.eos_token_id):
+            raise ValueError(
+                f"the env's tokenizer (vocab_size={env_tok.vocab_size}, eos={env_tok.eos_token_id}) does not "
+                f"match the agent's (vocab_size={mine.vocab_size}, eos={mine.eos_token_id}): make the env with "
+                "tokenizer=agent.tokenizer"
+            )
+        space = vec.single_action_space
+        max_tokens = _attr(vec, "max_action_tokens", getattr(space, "max_length", 64))
+        return {
+            "stop_strings": tuple(_attr(vec, "stop_strings", ())),
+            "max_new_tokens": int(self.config.max_new_tokens or max_tokens),
+            "autoreset": vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP),
+        }
+
+    def run_episodes(self, vec: VectorEnv, seeds: list[int], contract: dict[str, Any], group_size: int = 1,
+                     first_group: int = 0) -> list[Episode]:
+        """One wave: resets the first ``len(seeds)`` envs with those seeds and plays each of them
+        for one episode, generating in a batch over the envs still playing. Envs whose episode
+        is over get a one-token EOS action and their transitions are ignored."""
+        n, k = vec.num_envs, group_size
+        obs, _ = vec.reset(seed=seeds + [None] * (n - len(seeds)))
+        builders = [_EpisodeBuilder(self.tokenizer.encode(obs[i]) or [self.tokenizer.eos_token_id], seeds[i],
+                                    first_group + i // k) for i in range(len(seeds))]
+        live = list(range(len(seeds)))
+        idle = np.array([self.tokenizer.eos_token_id], dtype=np.int64)
+        budget, limit = contract["max_new_tokens"], self.max_context_tokens
+        for b in builders:
+            if len(b.tokens) + budget > limit:
+                raise ValueError(f"a prompt of {len(b.tokens)} tokens plus a turn of {budget} does not fit the "
+                                 f"model's context of {limit} tokens (seed {b.seed})")
+        while live:
+            actions = self.generate([builders[i].tokens for i in live], contract["stop_strings"], budget)
+            batch = [idle] * n
+            for i, action in zip(live, actions):
+                batch[i] = np.array(action or [self.tokenizer.eos_token_id], dtype=np.int64)
+            obs, rewards, terminated, truncated, infos = vec.step(tuple(batch))
+            for i in list(live):
+                b = builders[i]
+                b.add_action(batch[i].tolist(), float(rewards[i]), info_at(infos, i))
+                if terminated[i] or truncated[i]:
+                    b.terminated, b.truncated = bool(terminated[i]), bool(truncated[i] and not terminated[i])
+                    if b.truncated:  # the bootstrap state includes the last observation, if it fits
+                        final = infos["final_obs"][i] if contract["autoreset"] == AutoresetMode.SAME_STEP else obs[i]
+                        ids = self.tokenizer.encode(final)
+                        if len(b.tokens) + len(ids) <= limit:
+                            b.add_observation(ids)
+                    live.remove(i)
+                    continue
+                ids = self.tokenizer.encode(obs[i])
+                if len(b.tokens) + len(ids) + budget > limit:  # the next turn would outgrow the model
+                    b.truncated = True
+                    live.remove(i)
+                b.add_observation(ids[: max(0, limit - len(b.tokens))])
+        return [b.build() for b in builders]
+
+    # --------------------------------------------------------------------------------- score
+    @torch.no_grad()
+    def score(self, episodes: Iterable[Episode]) -> None:
+        """Fills each unscored episode's old log-probs, reference log-probs and values."""
+        todo = [e for e in episodes if not e.scored]
+        temperature = self.config.temperature
+        for start in range(0, len(todo), self.config.forward_batch_size):
+            chunk = todo[start : start + self.config.forward_batch_size]
+            tokens, attention = pad_batch([e.tokens for e in chunk], self.tokenizer.pad_token_id)
+            tokens, attention = tokens.to(self.accelerator.device), attention.to(self.accelerator.device)
+            logits, values = self.policy(tokens, attention)
+            logprobs = token_logprobs(logits, tokens, temperature)  # (B, T)
+            ref_logprobs = token_logprobs(self.ref_logits(tokens, attention), tokens, temperature)
+            state_v = state_values(values)  # (B, T)
+            for row, e in enumerate(chunk):
+                T, mask = e.length, e.action_mask
+                e.logprobs = torch.where(mask, logprobs[row, :T].cpu(), 0.0)
+                e.ref_logprobs = torch.where(mask, ref_logprobs[row, :T].cpu(), 0.0)
+                e.values = torch.where(mask, state_v[row, :T].float().cpu(), 0.0)
+                e.bootstrap_value = float(values[row, T - 1])
+
+    def ref_logits(self, tokens: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+        """Logits of the reference model (the PEFT base with adapters off, for a PEFT model)."""
+        if self.ref_model is not None:
+            return self.ref_model(input_ids=tokens, attention_mask=attention).logits
+        with self.model.disable_adapter():
+            return self.model(input_ids=tokens, attention_mask=attention).logits
+
+    # -------------------------------------------------------------------------- advantages
+    def compute_rewards(self, episode: Episode) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token rewards (T,): each turn's reward on its last action token, minus the k1 KL
+        penalty on every action token when ``kl_penalty == "reward"``. Also returns the k1 KL (T,)."""
+        assert episode.logprobs is not None and episode.ref_logprobs is not None
+        kl = torch.where(episode.action_mask, episode.logprobs - episode.ref_logprobs, 0.0)  # (T,)
+        rewards = torch.zeros(episode.length)
+        rewards[episode.turn_ends] += torch.tensor(episode.rewards, dtype=torch.float32)
+        if self.config.kl_penalty == "reward":
+            rewards -= self.kl_controller.value * kl
+        return rewards, kl
+
+    def compute_advantages(self, batch: Trajectories) -> dict[str, Any]:
+        """Advantages and returns (T,) per episode, by ``config.estimator``; whitened across the
+        batch's action tokens. Environment tokens get 0 and no loss."""
+        cfg = self.config
+        rewards, kls = zip(*(self.compute_rewards(e) for e in batch))
+        advantages, returns = [], []
+        if cfg.estimator == "gae":
+            for e, r in zip(batch, rewards):
+                mask = e.action_mask
+                bootstrap = e.bootstrap_value if e.truncated else 0.0
+                adv, ret = gae(r[mask], e.values[mask], bootstrap, cfg.gamma, cfg.gae_lambda)
+                advantages.append(torch.zeros(e.length).masked_scatter(mask, adv))
+                returns.append(torch.zeros(e.length).masked_scatter(mask, ret))
+        else:
+            totals = torch.stack([r.sum() for r in rewards])  # (N,) episode returns, KL included
+            estimate = rloo_advantages if cfg.estimator == "rloo" else grpo_advantages
+            per_episode = estimate(totals, [e.group for e in batch])
+            for e, a in zip(batch, per_episode):
+                advantages.append(torch.where(e.action_mask, a, 0.0))
+                returns.append(torch.where(e.action_mask, totals.new_tensor(float(a)), 0.0))
+        if cfg.whiten_advantages:
+            flat, mask = torch.cat(advantages), torch.cat([e.action_mask for e in batch])
+            flat = whiten(flat, mask, cfg.whiten_min_std)
+            advantages = list(flat.split([e.length for e in batch]))
+        kl_per_episode = torch.stack([k.sum() for k in kls])
+        return {"advantages": advantages, "returns": returns, "kl": kl_per_episode}
+
+    # -------------------------------------------------------------------------------- update
+    def update(self, batch: Trajectories) -> dict[str, float]:
+        """One PPO update on a batch of episodes; returns the metrics as a ``/``-namespaced dict."""
+        if len(batch) == 0:
+            raise ValueError("update needs at least one episode")
+        cfg, start = self.config, time.perf_counter()
+        self.score(batch)
+        targets = self.compute_advantages(batch)
+        fields = {
+            "tokens": [e.tokens for e in batch],
+            "action_mask": [e.action_mask for e in batch],
+            "old_logprobs": [e.logprobs for e in batch],
+            "ref_logprobs": [e.ref_logprobs for e in batch],
+            "old_values": [e.values for e in batch],
+            "advantages": targets["advantages"],
+            "returns": targets["returns"],
+        }
+        stats: dict[str, list[float]] = {}
+        self.policy.train()
+        for _ in range(cfg.n_epochs):
+            order = torch.randperm(len(batch)).tolist()
+            for lo in range(0, len(batch), cfg.mini_batch_size):
+                rows = order[lo : lo + cfg.mini_batch_size]
+                minibatch = {k: pad_batch([v[r] for r in rows], 0)[0].to(self.accelerator.device) for k, v in fields.items()}
+                minibatch["attention_mask"] = pad_batch([fields["tokens"][r] for r in rows], 0)[1].to(self.accelerator.device)
+                minibatch["action_mask"] = minibatch["action_mask"].bool()
+                with self.accelerator.accumulate(self.policy):
+                    loss, mb_stats = self.loss(minibatch)
+                    self.accelerator.backward(loss)
+                    if self.accelerator.sync_gradients:
+                        self.accelerator.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                    self.optimizer.step()
+                    self.optimizer.zero_grad()
+                for key, value in mb_stats.items():
+                    stats.setdefault(key, []).append(value)
+        mean_kl = float(self.accelerator.gather(targets["kl"].to(self.accelerator.device)).mean())
+        self.kl_controller.update(mean_kl, len(batch))
+        metrics = {key: float(np.mean(values)) for key, values in stats.items()}
+        metrics.update(batch.stats())
+        metrics.update({"objective/kl": mean_kl, "objective/kl_coef": self.kl_controller.value,
+                        "time/update": time.perf_counter() - start})
+        self.num_updates += 1
+        return metrics
+
+    def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        """The clipped PPO loss on a minibatch (B, T); token-level means over action tokens."""
+        cfg, mask = self.config, mb["action_mask"]
+        logits, values = self.policy(mb["tokens"], mb["attention_mask"])
+        logprobs = token_logprobs(logits, mb["tokens"], cfg.temperature)  # (B, T)
+        values = state_values(values)  # (B, T)
+        n = mask.sum().clamp(min=1)
+
+        def masked_mean(x: torch.Tensor) -> torch.Tensor:
+            return torch.where(mask, x, 0.0).sum() / n
+
+        log_ratio = torch.where(mask, logprobs - mb["old_logprobs"], 0.0)
+        ratio = log_ratio.exp()
+        adv = mb["advantages"]
+        pg_loss = masked_mean(torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_range, 1 + cfg.clip_range)))
+        v_loss_unclipped = (values - mb["returns"]) ** 2
+        if cfg.clip_range_vf is not None:
+            v_clipped = mb["old_values"] + (values - mb["old_values"]).clamp(-cfg.clip_range_vf, cfg.clip_range_vf)
+            v_loss = 0.5 * masked_mean(torch.max(v_loss_unclipped, (v_clipped - mb["returns"]) ** 2))
+        else:
+            v_loss = 0.5 * masked_mean(v_loss_unclipped)
+        entropy = masked_mean(token_entropy(logits, cfg.temperature))
+        vf_coef = cfg.vf_coef if cfg.estimator == "gae" else 0.0  # critic-free: the head idles
+        loss = pg_loss + vf_coef * v_loss - cfg.ent_coef * entropy
+        stats = {}
+        if cfg.kl_penalty == "loss":  # k3 estimator (Schulman 2020), as in GRPO
+            log_ref_ratio = torch.where(mask, mb["ref_logprobs"] - logprobs, 0.0)
+            kl_k3 = masked_mean(log_ref_ratio.exp() - log_ref_ratio - 1)
+            loss = loss + self.kl_controller.value * kl_k3
+            stats["loss/kl"] = float(kl_k3)
+        with torch.no_grad():
+            stats.update({
+                "loss/policy": float(pg_loss),
+                "loss/value": float(v_loss),
+                "loss/total": float(loss),
+                "policy/entropy": float(entropy),
+                "policy/approx_kl": float(masked_mean((ratio - 1) - log_ratio)),
+                "policy/clipfrac": float(masked_mean(((ratio - 1).abs() > cfg.clip_range).float())),
+            })
+        return loss, stats
+
+    # ---------------------------------------------------------------------------------- step
+    def step(self, queries: Sequence[torch.Tensor], responses: Sequence[torch.Tensor],
+             rewards: Sequence[float] | torch.Tensor,
+             response_masks: Sequence[torch.Tensor] | None = None) -> dict[str, float]:
+        """One PPO update on hand-made samples (the classic TRL <= 0.11 entry point).
+
+        Args:
+            queries: 1-D token tensors, the contexts.
+            responses: 1-D token tensors the model generated after each query.
+            rewards: one scalar per sample; it sits on the last unmasked response token.
+            response_masks: 1-D 0/1 tensors per response, 0 marking text the model did not
+                write (a tool's output inside the response): context only, no loss, and GAE
+                carries the bootstrap across it.
+        """
+        if not len(queries) == len(responses) == len(rewards):
+            raise ValueError(f"got {len(queries)} queries, {len(responses)} responses, {len(rewards)} rewards")
+        episodes = []
+        for i, (q, r) in enumerate(zip(queries, responses)):
+            q, r = torch.as_tensor(q).long().cpu(), torch.as_tensor(r).long().cpu()
+            m = torch.ones(len(r), dtype=torch.bool) if response_masks is None else torch.as_tensor(response_masks[i]).bool().cpu()
+            if len(m) != len(r) or not m.any() or len(q) == 0:
+                raise ValueError(f"sample {i}: needs a non-empty query and a mask as long as the response with a 1 in it")
+            action_mask = torch.cat([torch.zeros(len(q), dtype=torch.bool), m])
+            last = int(action_mask.nonzero().max())
+            episodes.append(Episode(torch.cat([q, r]), action_mask, [last], [float(rewards[i])], group=i))
+        return self.update(Trajectories(episodes))
+
+    # --------------------------------------------------------------------------------- learn
+    def learn(self, envs: gym.Env | VectorEnv, total_episodes: int, callbacks: Iterable[Callback] = (),
+              log_dir: str | os.PathLike | None = None, checkpoint_dir: str | os.PathLike | None = None,
+              resume_from: str | os.PathLike | None = None, progress_bar: bool = True) -> PPOAgent:
+        """Collects and updates until ``total_episodes`` episodes have been trained on.
+
+        Callbacks are plain callables ``cb(agent, metrics)`` called after every update, or
+        objects with any of ``on_collect(agent, batch)``, ``on_update(agent, metrics)`` and
+        ``on_checkpoint(agent, path)``; returning ``False`` stops training. Metrics go to
+        ``log_dir`` (``metrics.csv``, and TensorBoard when installed); checkpoints to
+        ``checkpoint_dir`` every ``config.checkpoint_every`` updates and at the end.
+        """
+        from tqdm.auto import tqdm
+
+        if total_episodes < 1:
+            raise ValueError(f"total_episodes must be >= 1, got {total_episodes}")
+        if resume_from is not None:
+            self.load_training_state(resume_from)
+        logger = MetricsLogger(log_dir, self.config.to_dict()) if log_dir and self.accelerator.is_main_process else None
+        bar = tqdm(total=total_episodes, initial=min(self.num_episodes, total_episodes), unit="ep",
+                   disable=not (progress_bar and self.accelerator.is_main_process))
+        while self.num_episodes < total_episodes:
+            k = self.config.group_size or 1
+            n = max(k, min(self.config.episodes_per_update, total_episodes - self.num_episodes) // k * k)
+            started = time.perf_counter()
+            batch = self.collect(envs, n)
+            collect_time = time.perf_counter() - started
+            if _fire(callbacks, "on_collect", self, batch) is False:
+                break
+            metrics = self.update(batch)
+            self.num_episodes += len(batch)
+            metrics.update({"time/collect": collect_time, "env/episodes": self.num_episodes})
+            if logger:
+                logger.log(metrics, self.num_updates)
+            bar.update(len(batch))
+            bar.set_postfix(reward=f"{metrics['env/return']:.3f}", success=f"{metrics['env/success']:.2f}",
+                            kl=f"{metrics['objective/kl']:.3f}")
+            stop = _fire(callbacks, "on_update", self, metrics) is False
+            every = self.config.checkpoint_every
+            if checkpoint_dir and (stop or self.num_episodes >= total_episodes or (every and self.num_updates % every == 0)):
+                path = Path(checkpoint_dir) / "last"
+                self.save(path, training_state=True)
+                _fire([c for c in callbacks if hasattr(c, "on_checkpoint")], "on_checkpoint", self, path)
+            if stop:
+                break
+        bar.close()
+        if logger:
+            logger.close()
+        return self
+
+    # ---------------------------------------------------------------------- save and load
+    def save(self, path: str | os.PathLike, training_state: bool = False) -> None:
+        """Writes the model (``from_pretrained``-loadable), tokenizer, value head and config;
+        with ``training_state``, also what ``learn(resume_from=...)`` needs."""
+        self.accelerator.wait_for_everyone()
+        if not self.accelerator.is_main_process:
+            return
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)  # type: ignore[attr-defined]
+        policy = self.accelerator.unwrap_model(self.policy)
+        torch.save(policy.value_head.state_dict(), path / "value_head.pt")
+        (path / "ppo_config.json").write_text(json.dumps(self.config.to_dict(), indent=2))
+        if self.ref_model is not None:
+            self.ref_model.save_pretrained(path / "ref_model")
+        if training_state:
+            torch.save({
+                "optimizer": self.optimizer.state_dict(),
+                "kl_coef": self.kl_controller.value,
+                "num_episodes": self.num_episodes,
+                "num_updates": self.num_updates,
+                "seed_rng": self.seed_rng.bit_generator.state,
+                "torch_rng": torch.get_rng_state(),
+                "numpy_rng": np.random.get_state(),
+                "python_rng": random.getstate(),
+            }, path / "training_state.pt")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, config: PPOConfig | None = None) -> PPOAgent:
+        """An agent from ``save``: model, tokenizer, value head, reference model and config."""
+        path = Path(path)
+        if not path.is_dir():
+            raise FileNotFoundError(f"no saved agent at {str(path)!r}")
+        config = config or PPOConfig.from_dict(json.loads((path / "ppo_config.json").read_text()))
+        ref = load_model(path / "ref_model") if (path / "ref_model").is_dir() else None
+        agent = cls(load_model(path), tokenizer=load_tokenizer(path), ref_model=ref, config=config)
+        head = torch.load(path / "value_head.pt", map_location=agent.accelerator.device)
+        agent.accelerator.unwrap_model(agent.policy).value_head.load_state_dict(head)
+        return agent
+
+    def load_training_state(self, path: str | os.PathLike) -> None:
+        """Restores weights, optimizer, KL controller, counters and RNGs saved by ``learn``."""
+        path = Path(path)
+        if not (path / "training_state.pt").is_file():
+            raise FileNotFoundError(f"{str(path)!r} is not a checkpoint with training state")
+        saved = load_model(path)
+        self.model.load_state_dict(saved.state_dict())
+        policy = self.accelerator.unwrap_model(self.policy)
+        policy.value_head.load_state_dict(torch.load(path / "value_head.pt"))
+        if self.ref_model is not None and (path / "ref_model").is_dir():
+            self.ref_model.load_state_dict(load_model(path / "ref_model").state_dict())
+        state = torch.load(path / "training_state.pt", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.kl_controller.value = state["kl_coef"]
+        self.num_episodes, self.num_updates = state["num_episodes"], state["num_updates"]
+        self.seed_rng.bit_generator.state = state["seed_rng"]
+        torch.set_rng_state(state["torch_rng"])
+        np.random.set_state(state["numpy_rng"])
+        random.setstate(state["python_rng"])
+
+
+# ------------------------------------------------------------------------------------ helpers
+class _EpisodeBuilder:
+    """Grows one episode's token stream turn by turn."""
+
+    def __init__(self, prompt: list[int], seed: int | None, group: int):
+        self.tokens, self.mask = list(prompt), [False] * len(prompt)
+        self.turn_ends: list[int] = []
+        self.rewards: list[float] = []
+        self.infos: list[dict[str, Any]] = []
+        self.seed, self.group = seed, group
+        self.terminated = self.truncated = False
+
+    def add_action(self, ids: list[int], reward: float, info: dict[str, Any]) -> None:
+        self.tokens += ids
+        self.mask += [True] * len(ids)
+        self.turn_ends.append(len(self.tokens) - 1)
+        self.rewards.append(reward)
+        self.infos.append(info)
+
+    def add_observation(self, ids: list[int]) -> None:
+        self.tokens += ids
+        self.mask += [False] * len(ids)
+
+    def build(self) -> Episode:
+        return Episode(torch.tensor(self.tokens), torch.tensor(self.mask), self.turn_ends, self.rewards,
+                       self.seed, self.terminated, self.truncated, self.group, self.infos)
+
+
+def as_vector_env(envs: gym.Env | VectorEnv) -> VectorEnv:
+    """A vector env as is; a single env wrapped in a one-env ``SyncVectorEnv`` (SAME_STEP)."""
+    if isinstance(envs, VectorEnv):
+        return envs
+    if isinstance(envs, gym.Env):
+        vec = getattr(envs, "_lmgym_vector", None)
+        if vec is None:
+            vec = SyncVectorEnv([lambda: envs], autoreset_mode=AutoresetMode.SAME_STEP)
+            envs._lmgym_vector = vec  # type: ignore[attr-defined]
+        return vec
+    raise TypeError(f"expected a gymnasium Env or VectorEnv, got {type(envs).__name__}")
+
+
+_MISSING = object()
+
+
+def _attr(vec: VectorEnv, name: str, default: Any = _MISSING) -> Any:
+    try:
+        return vec.get_attr(name)[0]
+    except AttributeError:
+        if default is _MISSING:
+            raise AttributeError(f"the env has no {name!r} attribute (the lmgym env contract needs it)") from None
+        return default
+
+
+def info_at(infos: dict[str, Any], i: int) -> dict[str, Any]:
+    """Env ``i``'s info from a vector env's batched info dict."""
+    out = {}
+    for key, value in infos.items():
+        if key.startswith("_") or key in ("final_obs", "final_info"):
+            continue
+        present = infos.get(f"_{key}")
+        if present is None or present[i]:
+            out[key] = info_at(value, i) if isinstance(value, dict) else _plain(value[i])
+    return out
+
+
+def _plain(x: Any) -> Any:
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def pad_batch(rows: Sequence[torch.Tensor], pad_value: int | float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pads 1-D tensors into (B, T) and returns it with its attention mask (B, T)."""
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), pad_value, dtype=rows[0].dtype)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+        attention[i, : len(r)] = 1
+    return out, attention
+
+
+def load_model(name_or_path: str | os.PathLike) -> PreTrainedModel:
+    """``AutoModelForCausalLM.from_pretrained``, with a clear error when nothing is there."""
+    try:
+        return AutoModelForCausalLM.from_pretrained(name_or_path)
+    except OSError as e:
+        raise ValueError(f"could not load a causal LM from {str(name_or_path)!r}: {e}") from e
+
+
+def check_model_vocab(model: PreTrainedModel, tokenizer: Tokenizer) -> None:
+    rows = model.get_input_embeddings().num_embeddings
+    if rows < tokenizer.vocab_size:
+        raise ValueError(
+            f"the model has {rows} token embeddings but the tokenizer has {tokenizer.vocab_size} tokens: "
+            "call model.resize_token_embeddings(tokenizer.vocab_size)"
+        )
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+
+
+def _fire(callbacks: Iterable[Callback], event: str, *args: Any) -> bool | None:
+    """Calls each callback for ``event``; ``False`` if any of them asks to stop."""
+    stop = False
+    for cb in callbacks:
+        method = getattr(cb, event, None)
+        if method is None and event == "on_update" and callable(cb) and not hasattr(cb, "on_collect"):
+            method = cb
+        if method is not None and method(*args) is False:
+            stop = True
+    return False if stop else None
+
+
+__all__ = ["EVAL_SEED_OFFSET", "PPOAgent", "as_vector_env", "load_model"]

@@ -1,0 +1,129 @@
+"""Episodes as the agent keeps them: one token stream per episode, with what was sampled marked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Episode:
+    """One episode: ``prompt + action_1 + obs_1 + action_2 + ...`` as token ids.
+
+    Per-token tensors are aligned with ``tokens``: position t describes token t. ``logprobs[t]``
+    is log p(token t | tokens before it) and ``values[t]`` the value of the state before it;
+    both are 0 where ``action_mask`` is False (prompt and environment tokens).
+
+    Attributes:
+        tokens: (T,) the whole context, with sampled tokens exactly as sampled.
+        action_mask: (T,) True on tokens the model generated.
+        turn_ends: index of the last token of each turn's action.
+        rewards: one reward per turn; it sits on that turn's last action token.
+        seed: the reset seed (``None`` if unknown).
+        terminated / truncated: how the episode ended.
+        group: episodes with the same group share a task (``collect(..., group_size=k)``).
+        infos: the env's info dict of each turn.
+        logprobs / ref_logprobs / values: (T,) filled by ``PPOAgent.score``.
+        bootstrap_value: V of the state after the last token (used when truncated).
+    """
+
+    tokens: torch.Tensor
+    action_mask: torch.Tensor
+    turn_ends: list[int]
+    rewards: list[float]
+    seed: int | None = None
+    terminated: bool = True
+    truncated: bool = False
+    group: int = 0
+    infos: list[dict[str, Any]] = field(default_factory=list)
+    logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    bootstrap_value: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.tokens = torch.as_tensor(self.tokens, dtype=torch.long)
+        self.action_mask = torch.as_tensor(self.action_mask, dtype=torch.bool)
+        if self.tokens.shape != self.action_mask.shape or self.tokens.ndim != 1:
+            raise ValueError(f"tokens {tuple(self.tokens.shape)} and action_mask "
+                             f"{tuple(self.action_mask.shape)} must be 1-D and the same length")
+        if len(self.turn_ends) != len(self.rewards):
+            raise ValueError(f"{len(self.rewards)} rewards for {len(self.turn_ends)} turns")
+        if self.action_mask[:1].any():
+            raise ValueError("the first token is context, never an action (nothing predicts it)")
+        if any(not self.action_mask[t] for t in self.turn_ends):
+            raise ValueError("every turn must end on an action token")
+
+    @property
+    def return_(self) -> float:
+        return float(sum(self.rewards))
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def num_action_tokens(self) -> int:
+        return int(self.action_mask.sum())
+
+    @property
+    def tool_calls(self) -> int:
+        return sum("tool" in info for info in self.infos)
+
+    @property
+    def success(self) -> bool:
+        """The env's ``is_success`` or ``correct`` in the last info, else a positive return."""
+        last = self.infos[-1] if self.infos else {}
+        return bool(last.get("is_success", last.get("correct", self.return_ > 0)))
+
+    @property
+    def scored(self) -> bool:
+        return self.logprobs is not None and self.ref_logprobs is not None and self.values is not None
+
+
+class Trajectories:
+    """A batch of episodes: what ``collect`` returns and ``update`` consumes.
+
+    Filter, relabel (change ``episode.rewards``) or merge (``a + b``) batches freely in a
+    custom loop; ``update`` recomputes advantages from the rewards it is given.
+    """
+
+    def __init__(self, episodes: list[Episode]):
+        self.episodes = list(episodes)
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    def __iter__(self) -> Iterator[Episode]:
+        return iter(self.episodes)
+
+    def __getitem__(self, i: int) -> Episode:
+        return self.episodes[i]
+
+    def __add__(self, other: Trajectories) -> Trajectories:
+        return Trajectories(self.episodes + other.episodes)
+
+    def filter(self, keep: Callable[[Episode], bool]) -> Trajectories:
+        return Trajectories([e for e in self.episodes if keep(e)])
+
+    @property
+    def returns(self) -> list[float]:
+        return [e.return_ for e in self.episodes]
+
+    def stats(self) -> dict[str, float]:
+        """Episode statistics under the ``env/`` namespace."""
+        n = max(len(self), 1)
+        return {
+            "env/return": sum(self.returns) / n,
+            "env/success": sum(e.success for e in self) / n,
+            "env/tool_rate": sum(e.tool_calls > 0 for e in self) / n,
+            "env/turns": sum(len(e.rewards) for e in self) / n,
+            "env/action_tokens": sum(e.num_action_tokens for e in self) / n,
+            "env/truncated": sum(e.truncated for e in self) / n,
+        }
+
+    def __repr__(self) -> str:
+        return f"Trajectories({len(self)} episodes, mean return {sum(self.returns) / max(len(self), 1):.3f})"

@@ -1,0 +1,266 @@
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode
+from helpers import CharTokenizer, tiny_model
+
+import lmgym
+from lmgym.agents import PPOAgent, PPOConfig
+from lmgym.agents.generation import cut_action
+from lmgym.agents.policy import token_logprobs
+from lmgym.core import LMEnv
+from lmgym.tokenizers import ByteTokenizer
+
+
+def byte_agent(seed=0, **config):
+    model = tiny_model(258, 256, seed=seed, n_layer=1, n_embd=32)
+    return PPOAgent(model, tokenizer=ByteTokenizer(), config=PPOConfig(seed=seed, **config))
+
+
+class RecordingAgent(PPOAgent):
+    """Remembers every action it generated."""
+
+    def generate(self, contexts, stop_strings, max_new_tokens):
+        actions = super().generate(contexts, stop_strings, max_new_tokens)
+        self.generated = getattr(self, "generated", []) + actions
+        return actions
+
+
+class TwoTurnEnv(LMEnv):
+    """Two model calls; env text between them; reward after the second."""
+
+    max_action_tokens = 4
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.turn = 0
+        return "Q:", {}
+
+    def step_text(self, text):
+        self.turn += 1
+        if self.turn == 1:
+            self.first = text
+            return " ok, again:", 0.0, False, False, {}
+        return "", float(len(self.first)), True, False, {}
+
+
+def test_collect_stores_sampled_tokens_and_masks_env_text():
+    agent = RecordingAgent(tiny_model(258, 256, n_layer=1, n_embd=32), tokenizer=ByteTokenizer(), config=PPOConfig())
+    batch = agent.collect(TwoTurnEnv(), num_episodes=3)
+    assert len(batch) == 3 and len(agent.generated) == 6
+    tok = ByteTokenizer()
+    for i, e in enumerate(batch):
+        first, second = agent.generated[2 * i], agent.generated[2 * i + 1]
+        expected = tok.encode("Q:") + first + tok.encode(" ok, again:") + second
+        assert e.tokens.tolist() == expected
+        mask = [False] * 2 + [True] * len(first) + [False] * 11 + [True] * len(second)
+        assert e.action_mask.tolist() == mask
+        assert e.turn_ends == [1 + len(first), len(expected) - 1]
+        assert e.rewards == [0.0, float(len(tok.decode(first)))]
+        assert e.terminated and not e.truncated
+        assert (e.logprobs[~e.action_mask] == 0).all() and (e.logprobs[e.action_mask] < 0).all()
+
+
+def test_logprobs_and_values_match_a_plain_forward_pass():
+    agent = byte_agent(generation_kwargs={"temperature": 0.7})
+    batch = agent.collect(gym.make("lmgym/Echo-v0"), num_episodes=4)
+    model = agent.model
+    for e in batch:
+        logits = model(e.tokens[None]).logits
+        expected = token_logprobs(logits, e.tokens[None], temperature=0.7)[0]
+        assert torch.allclose(e.logprobs[e.action_mask], expected[e.action_mask], atol=1e-5)
+        assert torch.allclose(e.ref_logprobs, e.logprobs, atol=1e-5)  # the ref is a copy
+        hidden = model(e.tokens[None], output_hidden_states=True).hidden_states[-1]
+        values = agent.policy.value_head(hidden)[0, :, 0]
+        positions = e.action_mask.nonzero()[:, 0]
+        assert torch.allclose(e.values[positions], values[positions - 1], atol=1e-6)
+
+
+def test_stop_strings_end_turns_even_mid_token():
+    tok = ByteTokenizer(added_tokens=["c>!!"])
+    ids = tok.encode("1+1</cal") + [tok.encode("c>!!")[0]] + tok.encode("more")
+    cut = cut_action(ids, tok, ["</calc>"], 64)
+    assert cut == ids[:-4] and tok.decode(cut) == "1+1</calc>!!"  # the whole token is kept
+    assert cut_action(tok.encode("ab") + [256] + tok.encode("cd"), tok, [], 64) == tok.encode("ab") + [256]
+    assert cut_action(tok.encode("abcdef"), tok, ["</calc>"], 3) == tok.encode("abc")
+
+
+def test_generation_stops_at_env_stop_strings():
+    agent = RecordingAgent(tiny_model(258, 256, n_layer=1, n_embd=32), tokenizer=ByteTokenizer(),
+                           config=PPOConfig(generation_kwargs={"do_sample": False}))
+    out = agent.generate([ByteTokenizer().encode("What")], stop_strings=[], max_new_tokens=12)
+    text = ByteTokenizer().decode(out[0])
+    stop = text[1:3]  # a string greedy decoding is sure to produce
+    cut = agent.generate([ByteTokenizer().encode("What")], stop_strings=[stop], max_new_tokens=12)
+    assert ByteTokenizer().decode(cut[0]).endswith(stop) and len(cut[0]) <= 3
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP])
+def test_vector_env_either_autoreset_mode(mode):
+    envs = gym.make_vec("lmgym/Calculator-v0", num_envs=4, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": mode})
+    batch = byte_agent().collect(envs, num_episodes=6)
+    assert len(batch) == 6 and len({e.seed for e in batch}) == 6
+    for e in batch:
+        assert e.terminated or e.truncated
+        assert len(e.rewards) == len(e.turn_ends) <= 4
+
+
+def test_seeds_and_groups():
+    agent = byte_agent(estimator="grpo", group_size=2)
+    envs = gym.make_vec("lmgym/Calculator-v0", num_envs=4)
+    batch = agent.collect(envs, num_episodes=4, seeds=[11, 12])
+    assert [e.seed for e in batch] == [11, 11, 12, 12] and [e.group for e in batch] == [0, 0, 1, 1]
+    first_prompts = [e.tokens[:12].tolist() for e in batch]
+    assert first_prompts[0] == first_prompts[1] and first_prompts[0] != first_prompts[2]
+    with pytest.raises(ValueError, match="group_size"):
+        agent.collect(gym.make_vec("lmgym/Calculator-v0", num_envs=3), num_episodes=4)
+
+
+def test_tokenizer_mismatch_is_a_clear_error():
+    agent = byte_agent()
+    env = gym.make("lmgym/Echo-v0", tokenizer=ByteTokenizer(["<x>"]))
+    with pytest.raises(ValueError, match="does not match the agent's"):
+        agent.collect(env, 1)
+    with pytest.raises(ValueError, match="token embeddings"):
+        PPOAgent(tiny_model(100, 0, n_layer=1, n_embd=32), tokenizer=ByteTokenizer())
+    with pytest.raises(ValueError, match="no tokenizer"):
+        PPOAgent(tiny_model(258, 256, n_layer=1, n_embd=32))
+
+
+def test_plain_gymnasium_env_is_enough():
+    class Plain(gym.Env):
+        """Not an LMEnv: only the Gym API, a tokenizer attribute and token actions."""
+
+        def __init__(self):
+            self.tokenizer = ByteTokenizer()
+            self.action_space = lmgym.TokenSequence(258, 5)
+            self.observation_space = lmgym.AnyText(100)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return "go", {}
+
+        def step(self, action):
+            return "", float(len(action)), True, False, {}
+
+    batch = byte_agent().collect(Plain(), num_episodes=2)
+    assert [e.return_ for e in batch] == [float(e.num_action_tokens) for e in batch]
+
+
+def test_step_with_tool_masked_responses():
+    agent = byte_agent(kl_coef=0.0)
+    tok = ByteTokenizer()
+    query = torch.tensor(tok.encode("Q: 2+2?"))
+    response = torch.tensor(tok.encode("<calc>2+2</calc><result>4</result><answer>4</answer>"))
+    mask = torch.ones(len(response), dtype=torch.long)
+    start = len(tok.encode("<calc>2+2</calc>"))
+    mask[start : start + len(tok.encode("<result>4</result>"))] = 0
+    before = agent.model(torch.cat([query, response])[None]).logits.detach()
+    metrics = agent.step([query, query], [response, response[:5]], [1.0, 0.0], [mask, mask[:5]])
+    assert {"loss/policy", "loss/value", "policy/approx_kl", "policy/clipfrac", "env/return"} <= set(metrics)
+    assert metrics["env/return"] == 0.5
+    after = agent.model(torch.cat([query, response])[None]).logits.detach()
+    assert not torch.allclose(before, after)
+    with pytest.raises(ValueError, match="queries"):
+        agent.step([query], [response, response], [1.0])
+
+
+def measure(agent, envs, n=64):
+    return float(np.mean(agent.collect(envs, n).returns))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("estimator", ["gae", "grpo"])
+def test_learns_echo(estimator):
+    tok = CharTokenizer()
+    agent = PPOAgent(tiny_model(tok.vocab_size, tok.eos_token_id), tokenizer=tok,
+                     config=PPOConfig(learning_rate=1e-3, seed=0, kl_coef=0.0, estimator=estimator,
+                                      episodes_per_update=32))
+    envs = gym.make_vec("lmgym/Echo-v0", num_envs=16, length=2, max_action_tokens=3, tokenizer=tok)
+    before = measure(agent, envs)
+    agent.learn(envs, total_episodes=32 * 25, progress_bar=False)
+    after = measure(agent, envs)
+    assert after > before + 0.1, (before, after)
+
+
+class FirstCallEnv(LMEnv):
+    """Reward depends only on the first call (its count of 'a'), and arrives after the second."""
+
+    max_action_tokens = 3
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.calls = []
+        return "Echo:", {}
+
+    def step_text(self, text):
+        self.calls.append(text)
+        if len(self.calls) == 1:
+            return "\nEcho:", 0.0, False, False, {}
+        return "", self.calls[0].count("a") / 3, True, False, {}
+
+
+@pytest.mark.slow
+def test_multi_call_credit_trains_the_first_call():
+    tok = CharTokenizer()
+    agent = PPOAgent(tiny_model(tok.vocab_size, tok.eos_token_id, seed=1), tokenizer=tok,
+                     config=PPOConfig(learning_rate=1e-3, seed=1, kl_coef=0.0, episodes_per_update=32))
+    envs = gym.vector.SyncVectorEnv([lambda: FirstCallEnv(tokenizer=tok)] * 16,
+                                    autoreset_mode=AutoresetMode.SAME_STEP)
+
+    before = measure(agent, envs)  # the return is the first call's share of 'a'
+    agent.learn(envs, total_episodes=32 * 20, progress_bar=False)
+    after = measure(agent, envs)
+    assert after > before + 0.15, (before, after)
+
+
+def test_save_load_round_trip(tmp_path):
+    agent = byte_agent()
+    batch = agent.collect(gym.make("lmgym/Echo-v0"), num_episodes=2)
+    agent.update(batch)
+    agent.save(tmp_path / "ckpt")
+    loaded = PPOAgent.load(tmp_path / "ckpt")
+    assert loaded.config == agent.config
+    tokens = batch[0].tokens[None]
+    assert torch.equal(loaded.model(tokens).logits, agent.model(tokens).logits)
+    head = loaded.accelerator.unwrap_model(loaded.policy).value_head
+    assert torch.equal(head.weight, agent.accelerator.unwrap_model(agent.policy).value_head.weight)
+    from transformers import AutoModelForCausalLM
+
+    assert torch.equal(AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt")(tokens).logits,
+                       agent.model(tokens).logits)
+    with pytest.raises(FileNotFoundError):
+        PPOAgent.load(tmp_path / "nothing")
+
+
+def test_resume_continues_the_same_run(tmp_path):
+    env = gym.make("lmgym/Echo-v0")
+    straight = byte_agent(episodes_per_update=4, mini_batch_size=2, learning_rate=1e-3)
+    straight.learn(env, total_episodes=8, progress_bar=False)
+
+    first = byte_agent(episodes_per_update=4, mini_batch_size=2, learning_rate=1e-3)
+    first.learn(env, total_episodes=4, checkpoint_dir=tmp_path, progress_bar=False)
+    resumed = byte_agent(episodes_per_update=4, mini_batch_size=2, learning_rate=1e-3)
+    resumed.learn(gym.make("lmgym/Echo-v0"), total_episodes=8, resume_from=tmp_path / "last", progress_bar=False)
+    assert resumed.num_episodes == 8 and resumed.num_updates == 2
+    for a, b in zip(straight.model.parameters(), resumed.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_learn_logs_and_callbacks(tmp_path):
+    seen = []
+
+    class Stopper:
+        def on_update(self, agent, metrics):
+            seen.append(metrics["env/episodes"])
+            return False if len(seen) == 2 else None
+
+    agent = byte_agent(episodes_per_update=2, mini_batch_size=2)
+    agent.learn(gym.make("lmgym/Echo-v0"), total_episodes=100, callbacks=[Stopper(), lambda a, m: None],
+                log_dir=tmp_path, progress_bar=False)
+    assert seen == [2, 4]
+    header = (tmp_path / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"step", "loss/policy", "policy/approx_kl", "env/return", "objective/kl"} <= set(header)
+    assert list(tmp_path.glob("tensorboard/**/events.out.tfevents*"))
