@@ -42,8 +42,7 @@ def check_token_ids(action: Any, vocab_size: int) -> np.ndarray:
     bad = np.flatnonzero((ids < 0) | (ids >= vocab_size))
     if bad.size:
         raise ValueError(
-            f"token id {ids[bad[0]]} at position {bad[0]} is outside the vocabulary "
-            f"(vocab_size={vocab_size})"
+            f"token id {ids[bad[0]]} at position {bad[0]} is outside the vocabulary (vocab_size={vocab_size})"
         )
     return ids.astype(np.int64)
 

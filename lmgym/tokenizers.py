@@ -187,6 +187,7 @@ def as_tokenizer(tokenizer: Any = None) -> Tokenizer:
         return load_tokenizer(tokenizer)
     if isinstance(tokenizer, Tokenizer):
         return tokenizer
-    missing = [a for a in ("encode", "decode", "vocab_size", "eos_token_id", "pad_token_id")
-               if not hasattr(tokenizer, a)]
+    missing = [
+        a for a in ("encode", "decode", "vocab_size", "eos_token_id", "pad_token_id") if not hasattr(tokenizer, a)
+    ]
     raise TypeError(f"{type(tokenizer).__name__} is not a tokenizer: it lacks {', '.join(missing)}")

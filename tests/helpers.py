@@ -22,6 +22,13 @@ class CharTokenizer:
 
 def tiny_model(vocab_size, eos_token_id, seed=0, n_layer=2, n_embd=64, n_positions=128):
     torch.manual_seed(seed)
-    config = GPT2Config(vocab_size=vocab_size, n_embd=n_embd, n_layer=n_layer, n_head=2,
-                        n_positions=n_positions, bos_token_id=eos_token_id, eos_token_id=eos_token_id)
+    config = GPT2Config(
+        vocab_size=vocab_size,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=2,
+        n_positions=n_positions,
+        bos_token_id=eos_token_id,
+        eos_token_id=eos_token_id,
+    )
     return GPT2LMHeadModel(config)

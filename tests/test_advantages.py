@@ -35,14 +35,24 @@ def test_gae_bootstraps_on_truncation():
 
 
 def make_agent(**config):
-    return PPOAgent(tiny_model(258, 256, n_layer=1, n_embd=32), tokenizer=ByteTokenizer(),
-                    config=PPOConfig(kl_coef=0.0, whiten_advantages=False, **config))
+    return PPOAgent(
+        tiny_model(258, 256, n_layer=1, n_embd=32),
+        tokenizer=ByteTokenizer(),
+        config=PPOConfig(kl_coef=0.0, whiten_advantages=False, **config),
+    )
 
 
 def scored_episode(values, turn_rewards, mask, turn_ends, truncated=False, bootstrap=0.0, group=0):
     T = len(mask)
-    e = Episode(torch.zeros(T, dtype=torch.long), torch.tensor(mask), turn_ends, turn_rewards,
-                terminated=not truncated, truncated=truncated, group=group)
+    e = Episode(
+        torch.zeros(T, dtype=torch.long),
+        torch.tensor(mask),
+        turn_ends,
+        turn_rewards,
+        terminated=not truncated,
+        truncated=truncated,
+        group=group,
+    )
     e.logprobs = torch.zeros(T)
     e.ref_logprobs = torch.zeros(T)
     e.values = torch.tensor(values, dtype=torch.float32)

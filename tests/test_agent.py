@@ -87,8 +87,11 @@ def test_stop_strings_end_turns_even_mid_token():
 
 
 def test_generation_stops_at_env_stop_strings():
-    agent = RecordingAgent(tiny_model(258, 256, n_layer=1, n_embd=32), tokenizer=ByteTokenizer(),
-                           config=PPOConfig(generation_kwargs={"do_sample": False}))
+    agent = RecordingAgent(
+        tiny_model(258, 256, n_layer=1, n_embd=32),
+        tokenizer=ByteTokenizer(),
+        config=PPOConfig(generation_kwargs={"do_sample": False}),
+    )
     out = agent.generate([ByteTokenizer().encode("What")], stop_strings=[], max_new_tokens=12)
     text = ByteTokenizer().decode(out[0])
     stop = text[1:3]  # a string greedy decoding is sure to produce
@@ -98,8 +101,9 @@ def test_generation_stops_at_env_stop_strings():
 
 @pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP])
 def test_vector_env_either_autoreset_mode(mode):
-    envs = gym.make_vec("lmgym/Calculator-v0", num_envs=4, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": mode})
+    envs = gym.make_vec(
+        "lmgym/Calculator-v0", num_envs=4, vectorization_mode="sync", vector_kwargs={"autoreset_mode": mode}
+    )
     batch = byte_agent().collect(envs, num_episodes=6)
     assert len(batch) == 6 and len({e.seed for e in batch}) == 6
     for e in batch:
@@ -175,9 +179,11 @@ def measure(agent, envs, n=64):
 @pytest.mark.parametrize("estimator", ["gae", "grpo"])
 def test_learns_echo(estimator):
     tok = CharTokenizer()
-    agent = PPOAgent(tiny_model(tok.vocab_size, tok.eos_token_id), tokenizer=tok,
-                     config=PPOConfig(learning_rate=1e-3, seed=0, kl_coef=0.0, estimator=estimator,
-                                      episodes_per_update=32))
+    agent = PPOAgent(
+        tiny_model(tok.vocab_size, tok.eos_token_id),
+        tokenizer=tok,
+        config=PPOConfig(learning_rate=1e-3, seed=0, kl_coef=0.0, estimator=estimator, episodes_per_update=32),
+    )
     envs = gym.make_vec("lmgym/Echo-v0", num_envs=16, length=2, max_action_tokens=3, tokenizer=tok)
     before = measure(agent, envs)
     agent.learn(envs, total_episodes=32 * 25, progress_bar=False)
@@ -205,10 +211,12 @@ class FirstCallEnv(LMEnv):
 @pytest.mark.slow
 def test_multi_call_credit_trains_the_first_call():
     tok = CharTokenizer()
-    agent = PPOAgent(tiny_model(tok.vocab_size, tok.eos_token_id, seed=1), tokenizer=tok,
-                     config=PPOConfig(learning_rate=1e-3, seed=1, kl_coef=0.0, episodes_per_update=32))
-    envs = gym.vector.SyncVectorEnv([lambda: FirstCallEnv(tokenizer=tok)] * 16,
-                                    autoreset_mode=AutoresetMode.SAME_STEP)
+    agent = PPOAgent(
+        tiny_model(tok.vocab_size, tok.eos_token_id, seed=1),
+        tokenizer=tok,
+        config=PPOConfig(learning_rate=1e-3, seed=1, kl_coef=0.0, episodes_per_update=32),
+    )
+    envs = gym.vector.SyncVectorEnv([lambda: FirstCallEnv(tokenizer=tok)] * 16, autoreset_mode=AutoresetMode.SAME_STEP)
 
     before = measure(agent, envs)  # the return is the first call's share of 'a'
     agent.learn(envs, total_episodes=32 * 20, progress_bar=False)
@@ -229,8 +237,9 @@ def test_save_load_round_trip(tmp_path):
     assert torch.equal(head.weight, agent.accelerator.unwrap_model(agent.policy).value_head.weight)
     from transformers import AutoModelForCausalLM
 
-    assert torch.equal(AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt")(tokens).logits,
-                       agent.model(tokens).logits)
+    assert torch.equal(
+        AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt")(tokens).logits, agent.model(tokens).logits
+    )
     with pytest.raises(FileNotFoundError):
         PPOAgent.load(tmp_path / "nothing")
 
@@ -258,8 +267,13 @@ def test_learn_logs_and_callbacks(tmp_path):
             return False if len(seen) == 2 else None
 
     agent = byte_agent(episodes_per_update=2, mini_batch_size=2)
-    agent.learn(gym.make("lmgym/Echo-v0"), total_episodes=100, callbacks=[Stopper(), lambda a, m: None],
-                log_dir=tmp_path, progress_bar=False)
+    agent.learn(
+        gym.make("lmgym/Echo-v0"),
+        total_episodes=100,
+        callbacks=[Stopper(), lambda a, m: None],
+        log_dir=tmp_path,
+        progress_bar=False,
+    )
     assert seen == [2, 4]
     header = (tmp_path / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"step", "loss/policy", "policy/approx_kl", "env/return", "objective/kl"} <= set(header)

@@ -5,8 +5,9 @@ from lmgym.cli import main, parse_kwargs
 
 
 def run_cli(*args, stdin=""):
-    return subprocess.run([sys.executable, "-m", "lmgym.cli", *args], input=stdin,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "lmgym.cli", *args], input=stdin, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_list_shows_every_env(capsys):
@@ -36,9 +37,11 @@ def test_play_oracle_answer_gets_reward():
 def test_unknown_env_is_one_clear_line():
     result = run_cli("play", "lmgym/Calculater-v0")
     assert result.returncode == 2
-    assert result.stderr.strip() == (
-        "lmgym play: error: unknown env id 'lmgym/Calculater-v0'; did you mean lmgym/Calculator-v0?"
-    ) or "did you mean lmgym/Calculator-v0" in result.stderr
+    assert (
+        result.stderr.strip()
+        == ("lmgym play: error: unknown env id 'lmgym/Calculater-v0'; did you mean lmgym/Calculator-v0?")
+        or "did you mean lmgym/Calculator-v0" in result.stderr
+    )
     assert "Traceback" not in result.stderr
 
 

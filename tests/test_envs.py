@@ -63,8 +63,7 @@ def test_oracle_solves_200_seeds(env_id):
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("autoreset", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP])
 def test_vector_oracle(env_id, mode, autoreset):
-    envs = gym.make_vec(env_id, num_envs=4, vectorization_mode=mode,
-                        vector_kwargs={"autoreset_mode": autoreset})
+    envs = gym.make_vec(env_id, num_envs=4, vectorization_mode=mode, vector_kwargs={"autoreset_mode": autoreset})
     tokenizer = envs.get_attr("tokenizer")[0]
     obs, _ = envs.reset(seed=0)
     assert all(isinstance(o, str) and o.strip() for o in obs)  # real prompts, not placeholders

@@ -52,8 +52,10 @@ def _groups(group_ids: Sequence[int]) -> dict[int, list[int]]:
         groups.setdefault(int(g), []).append(i)
     for g, members in groups.items():
         if len(members) < 2:
-            raise ValueError(f"group {g} has {len(members)} episode; group estimators need >= 2 "
-                             "episodes per task: collect(..., group_size=k) with k >= 2")
+            raise ValueError(
+                f"group {g} has {len(members)} episode; group estimators need >= 2 "
+                "episodes per task: collect(..., group_size=k) with k >= 2"
+            )
     return groups
 
 

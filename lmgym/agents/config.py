@@ -91,8 +91,13 @@ class PPOConfig:
             self.group_size = 1 if self.estimator == "gae" else 4
         if self.estimator != "gae" and self.group_size < 2:
             raise ValueError(f"{self.estimator} needs group_size >= 2, got {self.group_size}")
-        for name in ("episodes_per_update", "mini_batch_size", "n_epochs", "forward_batch_size",
-                     "gradient_accumulation_steps"):
+        for name in (
+            "episodes_per_update",
+            "mini_batch_size",
+            "n_epochs",
+            "forward_batch_size",
+            "gradient_accumulation_steps",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 

@@ -10,9 +10,7 @@ from transformers import StoppingCriteria
 from lmgym.tokenizers import Tokenizer
 
 
-def cut_action(
-    ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequence[str], max_tokens: int
-) -> list[int]:
+def cut_action(ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequence[str], max_tokens: int) -> list[int]:
     """The action a row of generated ids makes: up to and including the token that ends it.
 
     A turn ends at EOS, at the token that completes a stop string (kept whole, even when the

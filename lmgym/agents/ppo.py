@@ -99,12 +99,11 @@ class PPOAgent:
         self.ref_model = ref_model
 
         policy = PolicyWithValue(model)
-        optimizer = torch.optim.AdamW(
-            [p for p in policy.parameters() if p.requires_grad], lr=self.config.learning_rate
-        )
+        optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=self.config.learning_rate)
         self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
-        self.kl_controller = KLController(self.config.kl_coef, self.config.adaptive_kl,
-                                          self.config.kl_target, self.config.kl_horizon)
+        self.kl_controller = KLController(
+            self.config.kl_coef, self.config.adaptive_kl, self.config.kl_target, self.config.kl_horizon
+        )
         self.seed_rng = np.random.default_rng([self.config.seed, self.accelerator.process_index])
         self.num_episodes = 0
         self.num_updates = 0
@@ -150,8 +149,13 @@ class PPOAgent:
         return [cut_action(row[width:].tolist(), tok, stop_strings, max_new_tokens) for row in out.cpu()]
 
     # ------------------------------------------------------------------------------- collect
-    def collect(self, envs: gym.Env | VectorEnv, num_episodes: int, group_size: int | None = None,
-                seeds: Sequence[int] | None = None) -> Trajectories:
+    def collect(
+        self,
+        envs: gym.Env | VectorEnv,
+        num_episodes: int,
+        group_size: int | None = None,
+        seeds: Sequence[int] | None = None,
+    ) -> Trajectories:
         """Runs ``num_episodes`` episodes and returns them, scored (old and reference log-probs,
         values).
 
@@ -201,22 +205,29 @@ class PPOAgent:
             "autoreset": vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP),
         }
 
-    def run_episodes(self, vec: VectorEnv, seeds: list[int], contract: dict[str, Any], group_size: int = 1,
-                     first_group: int = 0) -> list[Episode]:
+    def run_episodes(
+        self, vec: VectorEnv, seeds: list[int], contract: dict[str, Any], group_size: int = 1, first_group: int = 0
+    ) -> list[Episode]:
         """One wave: resets the first ``len(seeds)`` envs with those seeds and plays each of them
         for one episode, generating in a batch over the envs still playing. Envs whose episode
         is over get a one-token EOS action and their transitions are ignored."""
         n, k = vec.num_envs, group_size
         obs, _ = vec.reset(seed=seeds + [None] * (n - len(seeds)))
-        builders = [_EpisodeBuilder(self.tokenizer.encode(obs[i]) or [self.tokenizer.eos_token_id], seeds[i],
-                                    first_group + i // k) for i in range(len(seeds))]
+        builders = [
+            _EpisodeBuilder(
+                self.tokenizer.encode(obs[i]) or [self.tokenizer.eos_token_id], seeds[i], first_group + i // k
+            )
+            for i in range(len(seeds))
+        ]
         live = list(range(len(seeds)))
         idle = np.array([self.tokenizer.eos_token_id], dtype=np.int64)
         budget, limit = contract["max_new_tokens"], self.max_context_tokens
         for b in builders:
             if len(b.tokens) + budget > limit:
-                raise ValueError(f"a prompt of {len(b.tokens)} tokens plus a turn of {budget} does not fit the "
-                                 f"model's context of {limit} tokens (seed {b.seed})")
+                raise ValueError(
+                    f"a prompt of {len(b.tokens)} tokens plus a turn of {budget} does not fit the "
+                    f"model's context of {limit} tokens (seed {b.seed})"
+                )
         while live:
             actions = self.generate([builders[i].tokens for i in live], contract["stop_strings"], budget)
             batch = [idle] * n
@@ -332,9 +343,9 @@ class PPOAgent:
             order = torch.randperm(len(batch)).tolist()
             for lo in range(0, len(batch), cfg.mini_batch_size):
                 rows = order[lo : lo + cfg.mini_batch_size]
-                minibatch = {k: pad_batch([v[r] for r in rows], 0)[0].to(self.accelerator.device) for k, v in fields.items()}
-                minibatch["attention_mask"] = pad_batch([fields["tokens"][r] for r in rows], 0)[1].to(self.accelerator.device)
-                minibatch["action_mask"] = minibatch["action_mask"].bool()
+                device = self.accelerator.device
+                minibatch = {k: pad_batch([v[r] for r in rows], 0)[0].to(device) for k, v in fields.items()}
+                minibatch["attention_mask"] = pad_batch([fields["tokens"][r] for r in rows], 0)[1].to(device)
                 with self.accelerator.accumulate(self.policy):
                     loss, mb_stats = self.loss(minibatch)
                     self.accelerator.backward(loss)
@@ -348,8 +359,13 @@ class PPOAgent:
         self.kl_controller.update(mean_kl, len(batch))
         metrics = {key: float(np.mean(values)) for key, values in stats.items()}
         metrics.update(batch.stats())
-        metrics.update({"objective/kl": mean_kl, "objective/kl_coef": self.kl_controller.value,
-                        "time/update": time.perf_counter() - start})
+        metrics.update(
+            {
+                "objective/kl": mean_kl,
+                "objective/kl_coef": self.kl_controller.value,
+                "time/update": time.perf_counter() - start,
+            }
+        )
         self.num_updates += 1
         return metrics
 
@@ -384,20 +400,26 @@ class PPOAgent:
             loss = loss + self.kl_controller.value * kl_k3
             stats["loss/kl"] = float(kl_k3)
         with torch.no_grad():
-            stats.update({
-                "loss/policy": float(pg_loss),
-                "loss/value": float(v_loss),
-                "loss/total": float(loss),
-                "policy/entropy": float(entropy),
-                "policy/approx_kl": float(masked_mean((ratio - 1) - log_ratio)),
-                "policy/clipfrac": float(masked_mean(((ratio - 1).abs() > cfg.clip_range).float())),
-            })
+            stats.update(
+                {
+                    "loss/policy": float(pg_loss),
+                    "loss/value": float(v_loss),
+                    "loss/total": float(loss),
+                    "policy/entropy": float(entropy),
+                    "policy/approx_kl": float(masked_mean((ratio - 1) - log_ratio)),
+                    "policy/clipfrac": float(masked_mean(((ratio - 1).abs() > cfg.clip_range).float())),
+                }
+            )
         return loss, stats
 
     # ---------------------------------------------------------------------------------- step
-    def step(self, queries: Sequence[torch.Tensor], responses: Sequence[torch.Tensor],
-             rewards: Sequence[float] | torch.Tensor,
-             response_masks: Sequence[torch.Tensor] | None = None) -> dict[str, float]:
+    def step(
+        self,
+        queries: Sequence[torch.Tensor],
+        responses: Sequence[torch.Tensor],
+        rewards: Sequence[float] | torch.Tensor,
+        response_masks: Sequence[torch.Tensor] | None = None,
+    ) -> dict[str, float]:
         """One PPO update on hand-made samples (the classic TRL <= 0.11 entry point).
 
         Args:
@@ -413,18 +435,29 @@ class PPOAgent:
         episodes = []
         for i, (q, r) in enumerate(zip(queries, responses)):
             q, r = torch.as_tensor(q).long().cpu(), torch.as_tensor(r).long().cpu()
-            m = torch.ones(len(r), dtype=torch.bool) if response_masks is None else torch.as_tensor(response_masks[i]).bool().cpu()
+            m = torch.ones(len(r)) if response_masks is None else torch.as_tensor(response_masks[i]).cpu()
+            m = m.bool()
             if len(m) != len(r) or not m.any() or len(q) == 0:
-                raise ValueError(f"sample {i}: needs a non-empty query and a mask as long as the response with a 1 in it")
+                raise ValueError(
+                    f"sample {i}: needs a non-empty query, and a response mask as long as the response "
+                    "with at least one 1"
+                )
             action_mask = torch.cat([torch.zeros(len(q), dtype=torch.bool), m])
             last = int(action_mask.nonzero().max())
             episodes.append(Episode(torch.cat([q, r]), action_mask, [last], [float(rewards[i])], group=i))
         return self.update(Trajectories(episodes))
 
     # --------------------------------------------------------------------------------- learn
-    def learn(self, envs: gym.Env | VectorEnv, total_episodes: int, callbacks: Iterable[Callback] = (),
-              log_dir: str | os.PathLike | None = None, checkpoint_dir: str | os.PathLike | None = None,
-              resume_from: str | os.PathLike | None = None, progress_bar: bool = True) -> PPOAgent:
+    def learn(
+        self,
+        envs: gym.Env | VectorEnv,
+        total_episodes: int,
+        callbacks: Iterable[Callback] = (),
+        log_dir: str | os.PathLike | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        resume_from: str | os.PathLike | None = None,
+        progress_bar: bool = True,
+    ) -> PPOAgent:
         """Collects and updates until ``total_episodes`` episodes have been trained on.
 
         Callbacks are plain callables ``cb(agent, metrics)`` called after every update, or
@@ -440,8 +473,12 @@ class PPOAgent:
         if resume_from is not None:
             self.load_training_state(resume_from)
         logger = MetricsLogger(log_dir, self.config.to_dict()) if log_dir and self.accelerator.is_main_process else None
-        bar = tqdm(total=total_episodes, initial=min(self.num_episodes, total_episodes), unit="ep",
-                   disable=not (progress_bar and self.accelerator.is_main_process))
+        bar = tqdm(
+            total=total_episodes,
+            initial=min(self.num_episodes, total_episodes),
+            unit="ep",
+            disable=not (progress_bar and self.accelerator.is_main_process),
+        )
         while self.num_episodes < total_episodes:
             k = self.config.group_size or 1
             n = max(k, min(self.config.episodes_per_update, total_episodes - self.num_episodes) // k * k)
@@ -456,11 +493,14 @@ class PPOAgent:
             if logger:
                 logger.log(metrics, self.num_updates)
             bar.update(len(batch))
-            bar.set_postfix(reward=f"{metrics['env/return']:.3f}", success=f"{metrics['env/success']:.2f}",
-                            kl=f"{metrics['objective/kl']:.3f}")
+            bar.set_postfix(
+                reward=f"{metrics['env/return']:.3f}",
+                success=f"{metrics['env/success']:.2f}",
+                kl=f"{metrics['objective/kl']:.3f}",
+            )
             stop = _fire(callbacks, "on_update", self, metrics) is False
-            every = self.config.checkpoint_every
-            if checkpoint_dir and (stop or self.num_episodes >= total_episodes or (every and self.num_updates % every == 0)):
+            every, done = self.config.checkpoint_every, self.num_episodes >= total_episodes
+            if checkpoint_dir and (stop or done or (every and self.num_updates % every == 0)):
                 path = Path(checkpoint_dir) / "last"
                 self.save(path, training_state=True)
                 _fire([c for c in callbacks if hasattr(c, "on_checkpoint")], "on_checkpoint", self, path)
@@ -488,16 +528,19 @@ class PPOAgent:
         if self.ref_model is not None:
             self.ref_model.save_pretrained(path / "ref_model")
         if training_state:
-            torch.save({
-                "optimizer": self.optimizer.state_dict(),
-                "kl_coef": self.kl_controller.value,
-                "num_episodes": self.num_episodes,
-                "num_updates": self.num_updates,
-                "seed_rng": self.seed_rng.bit_generator.state,
-                "torch_rng": torch.get_rng_state(),
-                "numpy_rng": np.random.get_state(),
-                "python_rng": random.getstate(),
-            }, path / "training_state.pt")
+            torch.save(
+                {
+                    "optimizer": self.optimizer.state_dict(),
+                    "kl_coef": self.kl_controller.value,
+                    "num_episodes": self.num_episodes,
+                    "num_updates": self.num_updates,
+                    "seed_rng": self.seed_rng.bit_generator.state,
+                    "torch_rng": torch.get_rng_state(),
+                    "numpy_rng": np.random.get_state(),
+                    "python_rng": random.getstate(),
+                },
+                path / "training_state.pt",
+            )
 
     @classmethod
     def load(cls, path: str | os.PathLike, config: PPOConfig | None = None) -> PPOAgent:
@@ -557,8 +600,17 @@ class _EpisodeBuilder:
         self.mask += [False] * len(ids)
 
     def build(self) -> Episode:
-        return Episode(torch.tensor(self.tokens), torch.tensor(self.mask), self.turn_ends, self.rewards,
-                       self.seed, self.terminated, self.truncated, self.group, self.infos)
+        return Episode(
+            torch.tensor(self.tokens),
+            torch.tensor(self.mask),
+            self.turn_ends,
+            self.rewards,
+            self.seed,
+            self.terminated,
+            self.truncated,
+            self.group,
+            self.infos,
+        )
 
 
 def as_vector_env(envs: gym.Env | VectorEnv) -> VectorEnv:

@@ -48,8 +48,10 @@ class Episode:
         self.tokens = torch.as_tensor(self.tokens, dtype=torch.long)
         self.action_mask = torch.as_tensor(self.action_mask, dtype=torch.bool)
         if self.tokens.shape != self.action_mask.shape or self.tokens.ndim != 1:
-            raise ValueError(f"tokens {tuple(self.tokens.shape)} and action_mask "
-                             f"{tuple(self.action_mask.shape)} must be 1-D and the same length")
+            raise ValueError(
+                f"tokens {tuple(self.tokens.shape)} and action_mask "
+                f"{tuple(self.action_mask.shape)} must be 1-D and the same length"
+            )
         if len(self.turn_ends) != len(self.rewards):
             raise ValueError(f"{len(self.rewards)} rewards for {len(self.turn_ends)} turns")
         if self.action_mask[:1].any():

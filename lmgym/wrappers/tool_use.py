@@ -103,5 +103,3 @@ class ToolUse(gym.Wrapper):
         if self.tool_calls == 0 and call is not None and self.find_call(call) is not None:
             return call
         return self.env.get_wrapper_attr("oracle")()
-
-
