@@ -99,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kwargs", nargs="*", metavar="KEY=VALUE", help="gym.make arguments")
     p.set_defaults(func=cmd_play)
 
+    from lmgym.train import add_train_commands
+
+    add_train_commands(sub, UsageError)
+
     return parser
 
 

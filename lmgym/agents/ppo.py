@@ -121,9 +121,12 @@ class PPOAgent:
 
     # ------------------------------------------------------------------------------ generate
     @torch.no_grad()
-    def generate(self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int) -> list[list[int]]:
+    def generate(
+        self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, **generation_kwargs: Any
+    ) -> list[list[int]]:
         """One turn for each context: the sampled action ids, each ended by EOS, a stop string
-        or ``max_new_tokens``. Batched with left padding; any ``generation_kwargs`` apply."""
+        or ``max_new_tokens``. Batched with left padding; ``config.generation_kwargs`` apply,
+        and ``generation_kwargs`` override them for this call."""
         tok = self.tokenizer
         width = max(map(len, contexts))
         input_ids = torch.full((len(contexts), width), tok.pad_token_id, dtype=torch.long)
@@ -131,7 +134,9 @@ class PPOAgent:
         for i, ctx in enumerate(contexts):
             input_ids[i, width - len(ctx) :] = torch.tensor(ctx)
             attention_mask[i, width - len(ctx) :] = 1
-        kwargs = dict(self.config.sampling_kwargs)
+        kwargs = {**self.config.sampling_kwargs, **generation_kwargs}
+        if not kwargs.get("do_sample", True):  # greedy: sampling settings would only warn
+            kwargs = {k: v for k, v in kwargs.items() if k not in ("temperature", "top_k", "top_p")}
         criteria = [StopOnStrings(tok, stop_strings, width)] if stop_strings else []
         model = self.model
         was_training = model.training
@@ -155,6 +160,8 @@ class PPOAgent:
         num_episodes: int,
         group_size: int | None = None,
         seeds: Sequence[int] | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        score: bool = True,
     ) -> Trajectories:
         """Runs ``num_episodes`` episodes and returns them, scored (old and reference log-probs,
         values).
@@ -165,9 +172,13 @@ class PPOAgent:
             group_size: episodes per task: each group of k envs is reset with the same seed
                 (defaults to ``config.group_size``); ``num_envs`` must be a multiple of it.
             seeds: explicit reset seeds, one per task (e.g. held-out evaluation seeds).
+            generation_kwargs: overrides of ``config.generation_kwargs`` for these episodes
+                (``{"do_sample": False}`` for greedy evaluation).
+            score: compute log-probs and values (``update`` needs them; evaluation does not).
         """
         vec = as_vector_env(envs)
         contract = self.env_contract(vec)
+        contract["generation_kwargs"] = dict(generation_kwargs or {})
         k = group_size or self.config.group_size or 1
         if vec.num_envs % k or num_episodes % k:
             raise ValueError(f"group_size {k} must divide num_envs ({vec.num_envs}) and num_episodes ({num_episodes})")
@@ -180,7 +191,8 @@ class PPOAgent:
             first_group = len(episodes) // k
             wave_seeds = [s for s in task_seeds[first_group : first_group + wave] for _ in range(k)]
             episodes += self.run_episodes(vec, wave_seeds, contract, k, first_group)
-        self.score(episodes)
+        if score:
+            self.score(episodes)
         return Trajectories(episodes)
 
     def next_seeds(self, n: int) -> list[int]:
@@ -229,7 +241,8 @@ class PPOAgent:
                     f"model's context of {limit} tokens (seed {b.seed})"
                 )
         while live:
-            actions = self.generate([builders[i].tokens for i in live], contract["stop_strings"], budget)
+            contexts = [builders[i].tokens for i in live]
+            actions = self.generate(contexts, contract["stop_strings"], budget, **contract.get("generation_kwargs", {}))
             batch = [idle] * n
             for i, action in zip(live, actions):
                 batch[i] = np.array(action or [self.tokenizer.eos_token_id], dtype=np.int64)
@@ -462,7 +475,8 @@ class PPOAgent:
 
         Callbacks are plain callables ``cb(agent, metrics)`` called after every update, or
         objects with any of ``on_collect(agent, batch)``, ``on_update(agent, metrics)`` and
-        ``on_checkpoint(agent, path)``; returning ``False`` stops training. Metrics go to
+        ``on_checkpoint(agent, path)``; returning ``False`` stops training. Entries an
+        ``on_update`` callback adds to ``metrics`` (an evaluation, say) are logged too. Metrics go to
         ``log_dir`` (``metrics.csv``, and TensorBoard when installed); checkpoints to
         ``checkpoint_dir`` every ``config.checkpoint_every`` updates and at the end.
         """
@@ -490,6 +504,7 @@ class PPOAgent:
             metrics = self.update(batch)
             self.num_episodes += len(batch)
             metrics.update({"time/collect": collect_time, "env/episodes": self.num_episodes})
+            stop = _fire(callbacks, "on_update", self, metrics) is False  # a callback may add metrics
             if logger:
                 logger.log(metrics, self.num_updates)
             bar.update(len(batch))
@@ -498,7 +513,6 @@ class PPOAgent:
                 success=f"{metrics['env/success']:.2f}",
                 kl=f"{metrics['objective/kl']:.3f}",
             )
-            stop = _fire(callbacks, "on_update", self, metrics) is False
             every, done = self.config.checkpoint_every, self.num_episodes >= total_episodes
             if checkpoint_dir and (stop or done or (every and self.num_updates % every == 0)):
                 path = Path(checkpoint_dir) / "last"

@@ -7,7 +7,14 @@ import gymnasium as gym
 # id -> (entry point, max_episode_steps)
 ENVS: dict[str, tuple[str, int]] = {
     "lmgym/Calculator-v0": ("lmgym.envs.calculator:make_calculator_env", 4),
+    "lmgym/Countdown-v0": ("lmgym.envs.countdown:CountdownEnv", 2),
     "lmgym/Echo-v0": ("lmgym.envs.echo:EchoEnv", 1),
+    "lmgym/GuessNumber-v0": ("lmgym.envs.guess_number:GuessNumberEnv", 10),
+    "lmgym/Maze-v0": ("lmgym.envs.maze:MazeEnv", 40),
+    "lmgym/Pipeline-v0": ("lmgym.envs.prompt:PipelineEnv", 16),
+    "lmgym/Prompt-v0": ("lmgym.envs.prompt:PromptEnv", 1),
+    "lmgym/PythonTool-v0": ("lmgym.envs.python_tool:make_python_tool_env", 4),
+    "lmgym/Wordle-v0": ("lmgym.envs.wordle:WordleEnv", 6),
 }
 
 

@@ -66,6 +66,7 @@ class ArithmeticEnv(LMEnv):
         self.min_digits, self.max_digits, self.operators = min_digits, max_digits, operators
         self.expression = ""
         self.answer: int | float = 0
+        self.calc_sums = False
 
     def _operand(self) -> int:
         digits = int(self.np_random.integers(self.min_digits, self.max_digits + 1))
@@ -79,6 +80,7 @@ class ArithmeticEnv(LMEnv):
             a = a * b
         self.expression = f"{a} {op} {b}"
         self.answer = evaluate(self.expression)
+        self.calc_sums = bool(self.np_random.random() < 0.25)  # see oracle_tool_call
         return f"What is {self.expression}?\n", {"expression": self.expression}
 
     def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -92,8 +94,12 @@ class ArithmeticEnv(LMEnv):
     def oracle(self) -> str:
         return f"<answer>{format_number(self.answer)}</answer>"
 
-    def oracle_tool_call(self) -> str:
-        """The calculator call that solves the question."""
+    def oracle_tool_call(self) -> str | None:
+        """The calculator call the oracle makes first: always for ``*`` and ``/``, and for a
+        quarter of the ``+`` and ``-`` questions (the rest it does in its head). Demonstrations
+        from the oracle thus call the tool part of the time, the way people do."""
+        if self.expression.split()[1] in "+-" and not self.calc_sums:
+            return None
         return f"<calc>{self.expression.replace(' ', '')}</calc>"
 
 

@@ -1,0 +1,261 @@
+"""``lmgym train`` and ``lmgym eval``: the main job, from the command line.
+
+``lmgym train`` with no arguments trains the embedded default model on ``lmgym/Calculator-v0``
+(on a laptop CPU, in minutes) and writes the model, metrics, a learning curve, transcripts and a
+summary to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_ENV = "lmgym/Calculator-v0"
+
+TINY_MODEL_CONFIG: dict[str, Any] = {
+    "learning_rate": 3e-4,  # a tiny model needs more than the 1.41e-5 meant for pretrained ones
+    "episodes_per_update": 64,
+    "mini_batch_size": 32,
+    "kl_coef": 0.02,
+}
+"""PPOConfig overrides for the embedded default model (measured on Calculator-v0)."""
+
+
+def add_train_commands(sub: Any, usage_error: type[Exception]) -> None:
+    """Adds ``train`` and ``eval`` to the ``lmgym`` command's subparsers."""
+    from lmgym.agents.config import PPOConfig
+
+    p = sub.add_parser("train", help="train a model with PPO on an env")
+    p.add_argument("env_id", nargs="?", default=DEFAULT_ENV)
+    p.add_argument("--model", default=None, help="HF model name or local path (default: the embedded tiny model)")
+    p.add_argument("--episodes", type=int, default=6144, help="training episodes (default: 6144)")
+    p.add_argument("--num-envs", type=int, default=32, help="envs played in parallel (default: 32)")
+    p.add_argument("--out", default="runs/train", help="output directory (default: runs/train)")
+    p.add_argument("--eval-episodes", type=int, default=200, help="held-out episodes for before/after")
+    p.add_argument("--eval-every", type=int, default=10, help="greedy evaluation every N updates (0: off)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores, at most 2)")
+    p.add_argument("--no-cache", action="store_true", help="rebuild the default model's warm start")
+    p.add_argument("--warmstart-steps", type=int, default=None, help="supervised steps of the default model's warm start")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="gym.make argument")
+    for field in dataclasses.fields(PPOConfig):
+        flag = "--" + field.name.replace("_", "-")
+        if field.name in ("seed", "estimator", "generation_kwargs"):
+            continue
+        p.add_argument(flag, dest=f"cfg_{field.name}", metavar=field.name.upper(), type=_field_type(field),
+                       default=None, help=_field_help(field))
+    p.add_argument("--estimator", choices=["gae", "rloo", "grpo"], default="gae")
+    p.add_argument("--generation-kwargs", type=json.loads, default=None, help="JSON of transformers generation kwargs")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=lambda args: train(args, usage_error))
+
+    p = sub.add_parser("eval", help="greedy and sampled success on held-out seeds")
+    p.add_argument("env_id")
+    p.add_argument("--model", required=True, help="a directory saved by lmgym train (or any HF model path)")
+    p.add_argument("--episodes", type=int, default=200)
+    p.add_argument("--num-envs", type=int, default=50)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=lambda args: evaluate_command(args, usage_error))
+
+
+def _field_type(field: dataclasses.Field) -> Any:
+    kind = str(field.type)
+    if "bool" in kind:
+        return lambda s: s.lower() in ("1", "true", "yes", "on")
+    if "float" in kind:
+        return lambda s: None if s.lower() == "none" else float(s)
+    if "int" in kind:
+        return lambda s: None if s.lower() == "none" else int(s)
+    return str
+
+
+def _field_help(field: dataclasses.Field) -> str:
+    return f"PPOConfig.{field.name} (default: {field.default})".replace("%", "%%")
+
+
+def _check_inputs(args: argparse.Namespace, usage_error: type[Exception]) -> None:
+    from lmgym.cli import check_env_id
+
+    check_env_id(args.env_id)
+    if args.episodes < 1:
+        raise usage_error(f"--episodes must be at least 1, got {args.episodes}")
+    if args.num_envs < 1:
+        raise usage_error(f"--num-envs must be at least 1, got {args.num_envs}")
+    if args.model is not None and not os.path.exists(args.model) and (os.sep in args.model or args.model.startswith(".")):
+        raise usage_error(f"--model {args.model!r} does not exist")
+    out = getattr(args, "out", None)
+    if out is not None and os.path.exists(out) and not os.path.isdir(out):
+        raise usage_error(f"--out {out!r} is a file, not a directory")
+
+
+def _make_agent(args: argparse.Namespace, config: Any, env_kwargs: dict[str, Any], usage_error: type[Exception]) -> Any:
+    from lmgym.agents import PPOAgent
+    from lmgym.agents.warmstart import WarmStartConfig, default_model, load_for_env
+
+    if args.model is None:
+        print("building the default model (a tiny GPT-2, warm-started on demonstrations; cached after the first run)")
+        warm = WarmStartConfig(seed=args.seed)
+        if getattr(args, "warmstart_steps", None) is not None:
+            warm = dataclasses.replace(warm, steps=args.warmstart_steps)
+        model, tokenizer, _ = default_model(args.env_id, env_kwargs, warm, use_cache=not getattr(args, "no_cache", False))
+    else:
+        try:
+            model, tokenizer = load_for_env(args.model, args.env_id, env_kwargs)
+        except ValueError as e:
+            raise usage_error(str(e).splitlines()[0]) from e
+    return PPOAgent(model, tokenizer=tokenizer, config=config)
+
+
+def _make_envs(args: argparse.Namespace, n: int, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode
+
+    return gym.make_vec(
+        args.env_id,
+        num_envs=n,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        tokenizer=tokenizer,
+        **env_kwargs,
+    )
+
+
+def _set_threads(threads: int | None) -> None:
+    import torch
+
+    torch.set_num_threads(threads or max(1, min(2, os.cpu_count() or 1)))
+
+
+class _Evaluator:
+    """``on_update`` callback: a greedy evaluation on held-out seeds every ``every`` updates."""
+
+    def __init__(self, envs: Any, episodes: int, every: int):
+        self.envs, self.episodes, self.every = envs, episodes, every
+
+    def on_update(self, agent: Any, metrics: dict[str, float]) -> None:
+        from lmgym.agents.evaluation import evaluate
+
+        if self.every and agent.num_updates % self.every == 0:
+            stats, _ = evaluate(agent, self.envs, self.episodes)
+            metrics.update({"eval/success": stats["success"], "eval/tool_rate": stats["tool_rate"]})
+
+
+def _quiet_transformers() -> None:
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # no "Writing model shards" bars
+    transformers.utils.logging.set_verbosity_error()
+
+
+def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
+    from lmgym.agents.config import PPOConfig
+    from lmgym.agents.evaluation import evaluate, transcript
+    from lmgym.agents.metrics import MetricsLogger
+    from lmgym.agents.plotting import plot_learning_curve
+    from lmgym.cli import parse_kwargs
+
+    _check_inputs(args, usage_error)
+    started = time.perf_counter()
+    _set_threads(args.threads)
+    _quiet_transformers()
+    env_kwargs = parse_kwargs(args.env_arg)
+    overrides = {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
+    base = dict(TINY_MODEL_CONFIG) if args.model is None else {}
+    try:
+        config = PPOConfig(
+            **{**base, **overrides, "seed": args.seed, "estimator": args.estimator},
+            generation_kwargs=args.generation_kwargs or {},
+        )
+    except (TypeError, ValueError) as e:
+        raise usage_error(str(e)) from e
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    agent = _make_agent(args, config, env_kwargs, usage_error)
+    k = config.group_size or 1
+    num_envs = max(k, args.num_envs // k * k)
+    envs = _make_envs(args, num_envs, agent.tokenizer, env_kwargs)
+    eval_envs = _make_envs(args, min(50, args.eval_episodes), agent.tokenizer, env_kwargs)
+
+    before, before_batch = evaluate(agent, eval_envs, args.eval_episodes)
+    logger = MetricsLogger(out, config.to_dict())
+    logger.log({"eval/success": before["success"], "eval/tool_rate": before["tool_rate"]}, 0)
+    logger.close()
+    agent.learn(
+        envs,
+        total_episodes=args.episodes,
+        callbacks=[_Evaluator(eval_envs, min(100, args.eval_episodes), args.eval_every)],
+        log_dir=out,
+        checkpoint_dir=out / "checkpoints",
+    )
+    after, after_batch = evaluate(agent, eval_envs, args.eval_episodes)
+    final = MetricsLogger(out)
+    last_row = final.rows[-1] if final.rows else {}
+    final.log({**{k: v for k, v in last_row.items() if k != "step"}, "eval/success": after["success"],
+               "eval/tool_rate": after["tool_rate"]}, agent.num_updates)
+    final.close()
+    agent.save(out / "model")
+    plot_learning_curve(out / "metrics.csv", out / "learning_curve.png", f"{args.env_id}: PPO ({config.estimator})")
+    with open(out / "transcripts.md", "w") as f:
+        for name, batch in (("before", before_batch), ("after", after_batch)):
+            f.write(f"## {name} training (greedy, held-out seeds)\n\n")
+            for e in batch.episodes[:5]:
+                f.write(f"seed {e.seed}, return {e.return_:g}:\n\n```\n{transcript(agent, e)}\n```\n\n")
+    wall = time.perf_counter() - started
+    summary = {
+        "env": args.env_id,
+        "model": args.model or "default (tiny GPT-2, warm-started)",
+        "before": {k: before[k] for k in ("success", "tool_rate", "mean_return")},
+        "after": {k: after[k] for k in ("success", "tool_rate", "mean_return")},
+        "wall_seconds": round(wall, 1),
+        "seed": args.seed,
+        "episodes": agent.num_episodes,
+        "estimator": config.estimator,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(_table(["", "before", "after"], [
+        ["success (greedy)", f"{before['success']:.1%}", f"{after['success']:.1%}"],
+        ["tool-call rate", f"{before['tool_rate']:.1%}", f"{after['tool_rate']:.1%}"],
+        ["mean return", f"{before['mean_return']:.3f}", f"{after['mean_return']:.3f}"],
+    ]))
+    print(f"wall time {wall:.0f} s; {agent.num_episodes} episodes; outputs in {out}/")
+
+
+def evaluate_command(args: argparse.Namespace, usage_error: type[Exception]) -> None:
+    from lmgym.agents import PPOConfig
+    from lmgym.agents.evaluation import evaluate
+
+    _check_inputs(args, usage_error)
+    if not os.path.exists(args.model):
+        raise usage_error(f"--model {args.model!r} does not exist")
+    _set_threads(None)
+    _quiet_transformers()
+    env_kwargs = parse_env_kwargs(args.env_arg)
+    agent = _make_agent(args, PPOConfig(seed=args.seed), env_kwargs, usage_error)
+    envs = _make_envs(args, min(args.num_envs, args.episodes), agent.tokenizer, env_kwargs)
+    greedy, _ = evaluate(agent, envs, args.episodes, greedy=True)
+    sampled, _ = evaluate(agent, envs, args.episodes, greedy=False)
+    if args.json:
+        print(json.dumps({**greedy, "sampled": sampled}))
+        return
+    print(_table(["", "success", "tool-call rate", "mean return", "episodes"], [
+        [name, f"{s['success']:.1%}", f"{s['tool_rate']:.1%}", f"{s['mean_return']:.3f}", str(s["episodes"])]
+        for name, s in (("greedy", greedy), ("sampled", sampled))
+    ]))
+
+
+def parse_env_kwargs(items: list[str]) -> dict[str, Any]:
+    from lmgym.cli import parse_kwargs
+
+    return parse_kwargs(items)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])

@@ -1,0 +1,75 @@
+"""ChatTemplate: the prompt and observations as chat turns, in the tokenizer's own format."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from lmgym.core import check_token_ids
+from lmgym.tokenizers import HFTokenizer, is_hf_tokenizer
+
+MARK = "\uE000lmgym-assistant-turn\uE000"  # a private-use placeholder for the model's turn
+
+
+class ChatTemplate(gym.Wrapper):
+    """Wraps the env's text in the chat template of an HF tokenizer, so a chat model sees the
+    format it was trained on while the episode's token stream stays exact.
+
+    ``reset`` returns the rendered conversation up to the assistant's turn (system prompt,
+    the env's prompt as the user turn, the generation prompt). The model's action is its turn;
+    it ends at the template's end-of-turn token, which joins ``stop_strings``. Each later
+    observation is the rest of the template after that token: the env's text as the next user
+    turn and the next generation prompt. Only env text is rendered; the model's tokens are
+    never re-encoded.
+
+    Args:
+        env: an lmgym env.
+        tokenizer: an HF tokenizer with a chat template (default: the env's, if it is HF).
+        system: an optional system message.
+    """
+
+    def __init__(self, env: gym.Env, tokenizer: Any = None, system: str | None = None):
+        super().__init__(env)
+        tok = tokenizer if tokenizer is not None else env.get_wrapper_attr("tokenizer")
+        self.hf = tok.hf if isinstance(tok, HFTokenizer) else tok
+        if not is_hf_tokenizer(self.hf) or not getattr(self.hf, "chat_template", None):
+            raise ValueError("ChatTemplate needs an HF tokenizer with a chat_template")
+        self.system = system
+        self.messages: list[dict[str, str]] = []
+        rendered = self._render([{"role": "user", "content": "x"}, {"role": "assistant", "content": MARK}])
+        suffix = rendered[rendered.index(MARK) + len(MARK) :]
+        special = sorted((t for t in self.hf.all_special_tokens if suffix.lstrip().startswith(t)), key=len)
+        self.end_of_turn = special[-1] if special else suffix.strip()
+        if not self.end_of_turn:
+            raise ValueError("could not find the chat template's end-of-turn marker")
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        inner = tuple(self.env.get_wrapper_attr("stop_strings"))
+        return inner + (self.end_of_turn,) if self.end_of_turn not in inner else inner
+
+    def _render(self, messages: list[dict[str, str]], generation_prompt: bool = False) -> str:
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        return str(self.hf.apply_chat_template(system + messages, tokenize=False, add_generation_prompt=generation_prompt))
+
+    def reset(self, **kwargs: Any) -> tuple[str, dict[str, Any]]:
+        prompt, info = self.env.reset(**kwargs)
+        self.messages = [{"role": "user", "content": prompt}]
+        return self._render(self.messages, generation_prompt=True), info
+
+    def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        tokenizer = self.env.get_wrapper_attr("tokenizer")
+        text = tokenizer.decode(check_token_ids(action, tokenizer.vocab_size).tolist())
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if terminated or truncated:
+            return obs, reward, terminated, truncated, info
+        turn = [{"role": "assistant", "content": MARK}]
+        before = self._render(self.messages + turn)
+        after = self._render(self.messages + turn + [{"role": "user", "content": obs}], generation_prompt=True)
+        if not after.startswith(before):
+            raise ValueError("the chat template renders earlier turns differently once a turn is added")
+        closing = before[before.index(MARK, len(self._render(self.messages))) + len(MARK) :]
+        closing = closing.lstrip()[len(self.end_of_turn) :] if closing.lstrip().startswith(self.end_of_turn) else closing
+        self.messages += [{"role": "assistant", "content": text}, {"role": "user", "content": obs}]
+        return closing + after[len(before) :], reward, terminated, truncated, info

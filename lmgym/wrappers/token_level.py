@@ -1,0 +1,67 @@
+"""TokenLevel: any lmgym env as a standard one-token-per-step env, for classic RL agents (SB3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class TokenLevel(gym.Wrapper):
+    """One token per step: ``Discrete(vocab_size)`` actions, the last ``context_tokens`` context
+    token ids as a fixed-size ``Box`` observation (left-padded with the pad id).
+
+    Tokens accumulate into a turn; the turn ends at EOS, when its text holds one of the env's
+    stop strings, or at ``max_action_tokens``. Then the wrapped env steps on the whole turn,
+    its observation text is appended to the context, and the turn's reward arrives on that
+    step. Other steps have reward 0.
+
+    Example:
+        >>> import lmgym
+        >>> env = TokenLevel(gym.make("lmgym/Echo-v0", length=1, max_action_tokens=1), context_tokens=8)
+        >>> obs, _ = env.reset(seed=0)
+        >>> obs.shape, env.action_space
+        ((8,), Discrete(258))
+    """
+
+    def __init__(self, env: gym.Env, context_tokens: int = 32):
+        super().__init__(env)
+        self.tokenizer = env.get_wrapper_attr("tokenizer")
+        self.stops = tuple(env.get_wrapper_attr("stop_strings"))
+        self.max_turn = int(env.get_wrapper_attr("max_action_tokens"))
+        self.context_tokens = context_tokens
+        vocab = self.tokenizer.vocab_size
+        self.action_space = spaces.Discrete(vocab)
+        self.observation_space = spaces.Box(0, vocab - 1, shape=(context_tokens,), dtype=np.int64)
+        self.context: list[int] = []
+        self.turn: list[int] = []
+
+    def _obs(self) -> np.ndarray:
+        window = self.context[-self.context_tokens :]
+        pad = [self.tokenizer.pad_token_id] * (self.context_tokens - len(window))
+        return np.array(pad + window, dtype=np.int64)
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        prompt, info = self.env.reset(**kwargs)
+        self.context, self.turn = self.tokenizer.encode(prompt), []
+        return self._obs(), info
+
+    def turn_ended(self) -> bool:
+        if self.turn[-1] == self.tokenizer.eos_token_id or len(self.turn) >= self.max_turn:
+            return True
+        return bool(self.stops) and any(s in self.tokenizer.decode(self.turn) for s in self.stops)
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        token = int(action)
+        if not 0 <= token < self.action_space.n:
+            raise ValueError(f"token id {token} is outside the vocabulary (vocab_size={self.action_space.n})")
+        self.turn.append(token)
+        self.context.append(token)
+        if not self.turn_ended():
+            return self._obs(), 0.0, False, False, {}
+        obs, reward, terminated, truncated, info = self.env.step(np.array(self.turn, dtype=np.int64))
+        self.turn = []
+        self.context += self.tokenizer.encode(obs)
+        return self._obs(), float(reward), terminated, truncated, info

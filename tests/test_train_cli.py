@@ -1,0 +1,115 @@
+"""End to end: ``lmgym train`` with a tiny budget, then ``lmgym eval`` on what it wrote."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import tiny_model
+
+
+def lmgym(*args, env=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "lmgym.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("smoke")
+    out = root / "run"
+    result = lmgym("train", "--episodes", "16", "--num-envs", "8", "--eval-episodes", "8", "--eval-every", "1",
+                   "--warmstart-steps", "5", "--episodes-per-update", "8", "--out", str(out), "--seed", "3",
+                   env={"LMGYM_CACHE": str(root / "cache")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out, result
+
+
+@pytest.mark.slow
+def test_train_writes_every_output(smoke_run):
+    out, result = smoke_run
+    assert "success (greedy)" in result.stdout and "tool-call rate" in result.stdout and "wall time" in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["env"] == "lmgym/Calculator-v0" and summary["seed"] == 3
+    for phase in ("before", "after"):
+        assert set(summary[phase]) == {"success", "tool_rate", "mean_return"}
+        assert all(0.0 <= v <= 1.0 for v in summary[phase].values())
+    assert summary["wall_seconds"] > 0
+    with open(out / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {"step", "loss/policy", "loss/value", "policy/approx_kl", "env/return", "env/success",
+            "objective/kl", "eval/success"} <= set(rows[0])
+    assert len(rows) == 3  # the evaluation before training, then two updates
+    assert list(out.glob("tensorboard/**/events.out.tfevents*"))
+    from PIL import Image
+
+    with Image.open(out / "learning_curve.png") as img:
+        assert img.size[0] > 300 and img.size[1] > 200
+    transcripts = (out / "transcripts.md").read_text()
+    assert "## before training" in transcripts and "## after training" in transcripts and "What is " in transcripts
+
+
+@pytest.mark.slow
+def test_trained_model_reloads_and_generates(smoke_run):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from lmgym.agents import PPOAgent
+
+    out, _ = smoke_run
+    model = AutoModelForCausalLM.from_pretrained(out / "model")
+    generated = model.generate(torch.tensor([[87, 104, 97, 116]]), max_new_tokens=5, do_sample=False, pad_token_id=257)
+    assert generated.shape == (1, 9)
+    agent = PPOAgent.load(out / "model")
+    assert agent.tokenizer.encode("<calc>") == [agent.tokenizer.vocab_size - 4] or len(agent.tokenizer.encode("<calc>")) == 1
+
+
+@pytest.mark.slow
+def test_eval_prints_a_table_and_json(smoke_run):
+    out, _ = smoke_run
+    table = lmgym("eval", "lmgym/Calculator-v0", "--model", str(out / "model"), "--episodes", "6")
+    assert table.returncode == 0, table.stderr[-2000:]
+    assert "greedy" in table.stdout and "sampled" in table.stdout and "success" in table.stdout
+    result = lmgym("eval", "lmgym/Calculator-v0", "--model", str(out / "model"), "--episodes", "6", "--json")
+    data = json.loads(result.stdout)
+    assert {"success", "tool_rate", "mean_return", "episodes"} <= set(data) and data["episodes"] == 6
+
+
+@pytest.mark.slow
+def test_train_takes_a_local_hf_model(tmp_path, hf_tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(hf_tokenizer_dir)
+    model = tiny_model(len(tokenizer), tokenizer.eos_token_id, n_layer=1, n_embd=32)
+    model.save_pretrained(tmp_path / "hf")
+    tokenizer.save_pretrained(tmp_path / "hf")
+    result = lmgym("train", "--model", str(tmp_path / "hf"), "--episodes", "8", "--num-envs", "4",
+                   "--eval-episodes", "4", "--eval-every", "0", "--episodes-per-update", "4", "--out", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = AutoTokenizer.from_pretrained(tmp_path / "run" / "model")
+    assert "<calc>" in saved.get_vocab() and len(saved) == len(tokenizer) + 6  # the env's tags were added
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "lmgym/Calculater-v0"], "unknown env id 'lmgym/Calculater-v0'; did you mean lmgym/Calculator-v0"),
+        (["train", "--model", "./no/such/model"], "does not exist"),
+        (["train", "--episodes", "0"], "--episodes must be at least 1"),
+        (["eval", "lmgym/Calculator-v0", "--model", "./no/such/model"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_clear_line(args, message):
+    result = lmgym(*args)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_out_that_is_a_file(tmp_path):
+    target = tmp_path / "file.txt"
+    target.write_text("x")
+    result = lmgym("train", "--out", str(target))
+    assert result.returncode == 2 and "is a file" in result.stderr and "Traceback" not in result.stderr
