@@ -24,7 +24,7 @@ def lmgym_ids() -> list[str]:
 def check_env_id(env_id: str) -> str:
     if env_id in gym.registry:
         return env_id
-    close = difflib.get_close_matches(env_id, lmgym_ids(), n=3, cutoff=0.3)
+    close = difflib.get_close_matches(env_id, lmgym_ids(), n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; registered: {', '.join(lmgym_ids())}"
     raise UsageError(f"unknown env id {env_id!r}{hint}")
 
@@ -119,4 +119,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from lmgym.cli import main as cli_main  # one UsageError class, whichever way the module loads
+
+    sys.exit(cli_main())

@@ -115,4 +115,5 @@ class MazeEnv(LMEnv):
         return self._view(), 0.0, False, False, {"move": move}
 
     def oracle(self) -> str:
-        return self._path(self.pos)[0]
+        path = self._path(self.pos)
+        return path[0] if path else "north"  # at the goal already: any move

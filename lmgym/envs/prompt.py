@@ -211,4 +211,5 @@ class PipelineEnv(LMEnv):
         """The task's ``oracle`` field: a list with the good output of each call."""
         if "oracle" not in self.fields:
             raise NotImplementedError("this task has no 'oracle' field (a list of outputs, one per call)")
-        return str(self.fields["oracle"][len(self.outputs)])
+        outputs = self.fields["oracle"]
+        return str(outputs[min(len(self.outputs), len(outputs) - 1)])

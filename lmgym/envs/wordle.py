@@ -24,7 +24,7 @@ def feedback(guess: str, secret: str) -> str:
 
     Example:
         >>> feedback("eerie", "there")
-        'YY.Y.'
+        'Y.Y.G'
     """
     result = ["."] * 5
     unmatched = [s for g, s in zip(guess, secret) if g != s]

@@ -9,7 +9,7 @@ import numpy as np
 from gymnasium import spaces
 
 
-class TokenLevel(gym.Wrapper):
+class TokenLevel(gym.Env):
     """One token per step: ``Discrete(vocab_size)`` actions, the last ``context_tokens`` context
     token ids as a fixed-size ``Box`` observation (left-padded with the pad id).
 
@@ -17,6 +17,9 @@ class TokenLevel(gym.Wrapper):
     stop strings, or at ``max_action_tokens``. Then the wrapped env steps on the whole turn,
     its observation text is appended to the context, and the turn's reward arrives on that
     step. Other steps have reward 0.
+
+    It is an env of its own that holds the text env (``.env``), not a ``gym.Wrapper``: its
+    spaces and dynamics are new, and checkers take it as a raw env.
 
     Example:
         >>> import lmgym
@@ -26,8 +29,11 @@ class TokenLevel(gym.Wrapper):
         ((8,), Discrete(258))
     """
 
+    metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
+
     def __init__(self, env: gym.Env, context_tokens: int = 32):
-        super().__init__(env)
+        self.env = env
+        self.render_mode = env.render_mode
         self.tokenizer = env.get_wrapper_attr("tokenizer")
         self.stops = tuple(env.get_wrapper_attr("stop_strings"))
         self.max_turn = int(env.get_wrapper_attr("max_action_tokens"))
@@ -43,8 +49,9 @@ class TokenLevel(gym.Wrapper):
         pad = [self.tokenizer.pad_token_id] * (self.context_tokens - len(window))
         return np.array(pad + window, dtype=np.int64)
 
-    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
-        prompt, info = self.env.reset(**kwargs)
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        prompt, info = self.env.reset(seed=seed, options=options)
         self.context, self.turn = self.tokenizer.encode(prompt), []
         return self._obs(), info
 
@@ -65,3 +72,13 @@ class TokenLevel(gym.Wrapper):
         self.turn = []
         self.context += self.tokenizer.encode(obs)
         return self._obs(), float(reward), terminated, truncated, info
+
+    def render(self) -> Any:
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        """Its own attribute, else the text env's (``oracle``, ``stop_strings``, ...)."""
+        return getattr(self, name) if hasattr(self, name) else self.env.get_wrapper_attr(name)
