@@ -41,12 +41,16 @@ def main() -> None:
         with open(os.path.join(out, "summary.json")) as f:
             s = json.load(f)
         rows.append((estimator, s["before"], s["after"], wall))
-    print(f"\n{'estimator':<10} {'success before':>15} {'success after':>14} {'gain':>7} "
-          f"{'tool before':>12} {'tool after':>11} {'wall s':>7}")
+    print(
+        f"\n{'estimator':<10} {'success before':>15} {'success after':>14} {'gain':>7} "
+        f"{'tool before':>12} {'tool after':>11} {'wall s':>7}"
+    )
     for estimator, before, after, wall in rows:
         gain = 100 * (after["success"] - before["success"])
-        print(f"{estimator:<10} {before['success']:>15.1%} {after['success']:>14.1%} {gain:>+6.1f}p "
-              f"{before['tool_rate']:>12.1%} {after['tool_rate']:>11.1%} {wall:>7.0f}")
+        print(
+            f"{estimator:<10} {before['success']:>15.1%} {after['success']:>14.1%} {gain:>+6.1f}p "
+            f"{before['tool_rate']:>12.1%} {after['tool_rate']:>11.1%} {wall:>7.0f}"
+        )
 
 
 if __name__ == "__main__":

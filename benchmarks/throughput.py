@@ -31,8 +31,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=258, n_embd=64, n_layer=2, n_head=2, n_positions=128,
-                                       bos_token_id=256, eos_token_id=256))
+    model = GPT2LMHeadModel(
+        GPT2Config(vocab_size=258, n_embd=64, n_layer=2, n_head=2, n_positions=128, bos_token_id=256, eos_token_id=256)
+    )
     agent = PPOAgent(model, tokenizer=lmgym.ByteTokenizer(), config=PPOConfig(episodes_per_update=args.episodes))
     envs = gym.make_vec("lmgym/Echo-v0", num_envs=args.num_envs, length=8, max_action_tokens=16)
     agent.collect(envs, args.num_envs)  # warm up
@@ -46,8 +47,15 @@ def main() -> None:
     per_row = max(1, generated // args.episodes)
     start = time.perf_counter()
     for _ in range(args.episodes // args.num_envs):
-        agent.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=per_row,
-                             min_new_tokens=per_row, do_sample=True, top_k=0, pad_token_id=257)
+        agent.model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=per_row,
+            min_new_tokens=per_row,
+            do_sample=True,
+            top_k=0,
+            pad_token_id=257,
+        )
     t_bare_gen = time.perf_counter() - start
     bare_tokens = per_row * args.num_envs * (args.episodes // args.num_envs)
 
@@ -62,18 +70,23 @@ def main() -> None:
     start = time.perf_counter()
     for _ in range(cfg.n_epochs):
         for lo in range(0, len(batch), cfg.mini_batch_size):
-            out = agent.model(input_ids=tokens[lo : lo + cfg.mini_batch_size],
-                              attention_mask=attention[lo : lo + cfg.mini_batch_size])
+            out = agent.model(
+                input_ids=tokens[lo : lo + cfg.mini_batch_size], attention_mask=attention[lo : lo + cfg.mini_batch_size]
+            )
             out.logits.float().logsumexp(-1).mean().backward()
             optimizer.step()
             optimizer.zero_grad()
     t_bare_train = time.perf_counter() - start
 
     print(f"threads={args.threads} episodes={args.episodes} num_envs={args.num_envs}")
-    print(f"collect: {generated / t_collect:8.0f} generated tokens/s   bare generate: "
-          f"{bare_tokens / t_bare_gen:8.0f} tokens/s   ratio {generated / t_collect / (bare_tokens / t_bare_gen):.2f}")
-    print(f"update:  {trained_tokens / t_update:8.0f} tokens/s             bare fwd+bwd:  "
-          f"{trained_tokens / t_bare_train:8.0f} tokens/s   ratio {t_bare_train / t_update:.2f}")
+    print(
+        f"collect: {generated / t_collect:8.0f} generated tokens/s   bare generate: "
+        f"{bare_tokens / t_bare_gen:8.0f} tokens/s   ratio {generated / t_collect / (bare_tokens / t_bare_gen):.2f}"
+    )
+    print(
+        f"update:  {trained_tokens / t_update:8.0f} tokens/s             bare fwd+bwd:  "
+        f"{trained_tokens / t_bare_train:8.0f} tokens/s   ratio {t_bare_train / t_update:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,17 @@ gym.register("examples/Parity-v0", entry_point=ParityEnv, max_episode_steps=1)
 
 if __name__ == "__main__":
     tokenizer = lmgym.ByteTokenizer()
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=tokenizer.vocab_size, n_embd=64, n_layer=2, n_head=2,
-                                       n_positions=64, bos_token_id=256, eos_token_id=256))
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=tokenizer.vocab_size,
+            n_embd=64,
+            n_layer=2,
+            n_head=2,
+            n_positions=64,
+            bos_token_id=256,
+            eos_token_id=256,
+        )
+    )
     agent = PPOAgent(model, tokenizer=tokenizer, config=PPOConfig(learning_rate=1e-3, episodes_per_update=32))
     envs = gym.make_vec("examples/Parity-v0", num_envs=16, tokenizer=tokenizer)
     before = np.mean(agent.collect(envs, 64).returns)

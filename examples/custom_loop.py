@@ -12,8 +12,17 @@ from lmgym.agents import PPOAgent, PPOConfig
 
 if __name__ == "__main__":
     tokenizer = lmgym.ByteTokenizer()
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=tokenizer.vocab_size, n_embd=64, n_layer=2, n_head=2,
-                                       n_positions=64, bos_token_id=256, eos_token_id=256))
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=tokenizer.vocab_size,
+            n_embd=64,
+            n_layer=2,
+            n_head=2,
+            n_positions=64,
+            bos_token_id=256,
+            eos_token_id=256,
+        )
+    )
     agent = PPOAgent(model, tokenizer=tokenizer, config=PPOConfig(learning_rate=1e-3))
     envs = gym.make_vec("lmgym/Echo-v0", num_envs=8, tokenizer=tokenizer)
     for iteration in range(5):
@@ -22,5 +31,7 @@ if __name__ == "__main__":
         for episode in batch:
             episode.rewards[-1] += 0.1 * (episode.num_action_tokens <= 4)
         metrics = agent.update(batch)
-        print(f"iteration {iteration}: return {metrics['env/return']:.3f}, "
-              f"approx_kl {metrics['policy/approx_kl']:.4f}, loss {metrics['loss/total']:.4f}")
+        print(
+            f"iteration {iteration}: return {metrics['env/return']:.3f}, "
+            f"approx_kl {metrics['policy/approx_kl']:.4f}, loss {metrics['loss/total']:.4f}"
+        )

@@ -24,13 +24,33 @@ def reward(prompt: str, outputs: list[str], info: dict) -> float:
 
 if __name__ == "__main__":
     tokenizer = lmgym.ByteTokenizer()
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=tokenizer.vocab_size, n_embd=64, n_layer=2, n_head=2,
-                                       n_positions=64, bos_token_id=256, eos_token_id=256))
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=tokenizer.vocab_size,
+            n_embd=64,
+            n_layer=2,
+            n_head=2,
+            n_positions=64,
+            bos_token_id=256,
+            eos_token_id=256,
+        )
+    )
     agent = PPOAgent(model, tokenizer=tokenizer, config=PPOConfig(learning_rate=1e-3, episodes_per_update=32))
-    envs = gym.make_vec("lmgym/Pipeline-v0", num_envs=16, tokenizer=tokenizer, max_action_tokens=3,
-                        prompts=["Letter:"], transforms=[ask_twice], reward_fn=reward)
+    envs = gym.make_vec(
+        "lmgym/Pipeline-v0",
+        num_envs=16,
+        tokenizer=tokenizer,
+        max_action_tokens=3,
+        prompts=["Letter:"],
+        transforms=[ask_twice],
+        reward_fn=reward,
+    )
     batch = agent.collect(envs, 32)
-    print("turns per episode:", {len(e.rewards) for e in batch}, "- both calls are trained:",
-          all(e.action_mask.sum() > 0 and len(e.turn_ends) == 2 for e in batch))
+    print(
+        "turns per episode:",
+        {len(e.rewards) for e in batch},
+        "- both calls are trained:",
+        all(e.action_mask.sum() > 0 and len(e.turn_ends) == 2 for e in batch),
+    )
     agent.learn(envs, total_episodes=320)
     print(f"mean return after training: {np.mean(agent.collect(envs, 64).returns):.3f}")

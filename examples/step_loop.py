@@ -13,8 +13,17 @@ from lmgym.tools import Calculator
 
 if __name__ == "__main__":
     tok = lmgym.ByteTokenizer()
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=tok.vocab_size, n_embd=64, n_layer=2, n_head=2,
-                                       n_positions=128, bos_token_id=256, eos_token_id=256))
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=tok.vocab_size,
+            n_embd=64,
+            n_layer=2,
+            n_head=2,
+            n_positions=128,
+            bos_token_id=256,
+            eos_token_id=256,
+        )
+    )
     agent = PPOAgent(model, tokenizer=tok, config=PPOConfig(learning_rate=1e-3))
     calculator = Calculator()
     for iteration in range(3):

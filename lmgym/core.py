@@ -123,9 +123,9 @@ def _recording_reset(reset: Any) -> Any:
     @functools.wraps(reset)
     def recording_reset(self: LMEnv, *, seed: int | None = None, options: dict | None = None):
         prompt, info = reset(self, seed=seed, options=options)
-        self.transcript = [prompt]
-        if self.render_mode == "human":
+        if self.transcript != [prompt] and self.render_mode == "human":  # a subclass's super().reset printed it
             print(prompt, end="", flush=True)
+        self.transcript = [prompt]
         return prompt, info
 
     return recording_reset

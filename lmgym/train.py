@@ -40,14 +40,22 @@ def add_train_commands(sub: Any, usage_error: type[Exception]) -> None:
     p.add_argument("--eval-every", type=int, default=10, help="greedy evaluation every N updates (0: off)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores, at most 2)")
     p.add_argument("--no-cache", action="store_true", help="rebuild the default model's warm start")
-    p.add_argument("--warmstart-steps", type=int, default=None, help="supervised steps of the default model's warm start")
+    p.add_argument(
+        "--warmstart-steps", type=int, default=None, help="supervised steps of the default model's warm start"
+    )
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="gym.make argument")
     for field in dataclasses.fields(PPOConfig):
         flag = "--" + field.name.replace("_", "-")
         if field.name in ("seed", "estimator", "generation_kwargs"):
             continue
-        p.add_argument(flag, dest=f"cfg_{field.name}", metavar=field.name.upper(), type=_field_type(field),
-                       default=None, help=_field_help(field))
+        p.add_argument(
+            flag,
+            dest=f"cfg_{field.name}",
+            metavar=field.name.upper(),
+            type=_field_type(field),
+            default=None,
+            help=_field_help(field),
+        )
     p.add_argument("--estimator", choices=["gae", "rloo", "grpo"], default="gae")
     p.add_argument("--generation-kwargs", type=json.loads, default=None, help="JSON of transformers generation kwargs")
     p.add_argument("--seed", type=int, default=0)
@@ -87,7 +95,11 @@ def _check_inputs(args: argparse.Namespace, usage_error: type[Exception]) -> Non
         raise usage_error(f"--episodes must be at least 1, got {args.episodes}")
     if args.num_envs < 1:
         raise usage_error(f"--num-envs must be at least 1, got {args.num_envs}")
-    if args.model is not None and not os.path.exists(args.model) and (os.sep in args.model or args.model.startswith(".")):
+    if (
+        args.model is not None
+        and not os.path.exists(args.model)
+        and (os.sep in args.model or args.model.startswith("."))
+    ):
         raise usage_error(f"--model {args.model!r} does not exist")
     out = getattr(args, "out", None)
     if out is not None and os.path.exists(out) and not os.path.isdir(out):
@@ -103,7 +115,9 @@ def _make_agent(args: argparse.Namespace, config: Any, env_kwargs: dict[str, Any
         warm = WarmStartConfig(seed=args.seed)
         if getattr(args, "warmstart_steps", None) is not None:
             warm = dataclasses.replace(warm, steps=args.warmstart_steps)
-        model, tokenizer, _ = default_model(args.env_id, env_kwargs, warm, use_cache=not getattr(args, "no_cache", False))
+        model, tokenizer, _ = default_model(
+            args.env_id, env_kwargs, warm, use_cache=not getattr(args, "no_cache", False)
+        )
     else:
         try:
             model, tokenizer = load_for_env(args.model, args.env_id, env_kwargs)
@@ -196,16 +210,23 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     after, after_batch = evaluate(agent, eval_envs, args.eval_episodes)
     final = MetricsLogger(out)
     last_row = final.rows[-1] if final.rows else {}
-    final.log({**{k: v for k, v in last_row.items() if k != "step"}, "eval/success": after["success"],
-               "eval/tool_rate": after["tool_rate"]}, agent.num_updates)
+    final.log(
+        {
+            **{k: v for k, v in last_row.items() if k != "step"},
+            "eval/success": after["success"],
+            "eval/tool_rate": after["tool_rate"],
+        },
+        agent.num_updates,
+    )
     final.close()
     agent.save(out / "model")
     plot_learning_curve(out / "metrics.csv", out / "learning_curve.png", f"{args.env_id}: PPO ({config.estimator})")
     with open(out / "transcripts.md", "w") as f:
         for name, batch in (("before", before_batch), ("after", after_batch)):
             f.write(f"## {name} training (greedy, held-out seeds)\n\n")
-            for e in batch.episodes[:5]:
-                f.write(f"seed {e.seed}, return {e.return_:g}:\n\n```\n{transcript(agent, e)}\n```\n\n")
+            for episode in batch.episodes[:5]:
+                text = transcript(agent, episode)
+                f.write(f"seed {episode.seed}, return {episode.return_:g}:\n\n```\n{text}\n```\n\n")
     wall = time.perf_counter() - started
     summary = {
         "env": args.env_id,
@@ -218,11 +239,16 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
         "estimator": config.estimator,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(_table(["", "before", "after"], [
-        ["success (greedy)", f"{before['success']:.1%}", f"{after['success']:.1%}"],
-        ["tool-call rate", f"{before['tool_rate']:.1%}", f"{after['tool_rate']:.1%}"],
-        ["mean return", f"{before['mean_return']:.3f}", f"{after['mean_return']:.3f}"],
-    ]))
+    print(
+        _table(
+            ["", "before", "after"],
+            [
+                ["success (greedy)", f"{before['success']:.1%}", f"{after['success']:.1%}"],
+                ["tool-call rate", f"{before['tool_rate']:.1%}", f"{after['tool_rate']:.1%}"],
+                ["mean return", f"{before['mean_return']:.3f}", f"{after['mean_return']:.3f}"],
+            ],
+        )
+    )
     print(f"wall time {wall:.0f} s; {agent.num_episodes} episodes; outputs in {out}/")
 
 
@@ -243,10 +269,15 @@ def evaluate_command(args: argparse.Namespace, usage_error: type[Exception]) -> 
     if args.json:
         print(json.dumps({**greedy, "sampled": sampled}))
         return
-    print(_table(["", "success", "tool-call rate", "mean return", "episodes"], [
-        [name, f"{s['success']:.1%}", f"{s['tool_rate']:.1%}", f"{s['mean_return']:.3f}", str(s["episodes"])]
-        for name, s in (("greedy", greedy), ("sampled", sampled))
-    ]))
+    print(
+        _table(
+            ["", "success", "tool-call rate", "mean return", "episodes"],
+            [
+                [name, f"{s['success']:.1%}", f"{s['tool_rate']:.1%}", f"{s['mean_return']:.3f}", str(s["episodes"])]
+                for name, s in (("greedy", greedy), ("sampled", sampled))
+            ],
+        )
+    )
 
 
 def parse_env_kwargs(items: list[str]) -> dict[str, Any]:

@@ -278,3 +278,22 @@ def test_learn_logs_and_callbacks(tmp_path):
     header = (tmp_path / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"step", "loss/policy", "policy/approx_kl", "env/return", "objective/kl"} <= set(header)
     assert list(tmp_path.glob("tensorboard/**/events.out.tfevents*"))
+
+
+@pytest.mark.slow
+def test_two_process_accelerate_launch_keeps_ranks_in_sync(tmp_path):
+    import pathlib
+    import subprocess
+    import sys
+
+    script = pathlib.Path(__file__).parent / "scripts" / "ddp_update.py"
+    result = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu", "--num_machines", "1",
+         "--mixed_precision", "no", "--dynamo_backend", "no", str(script), str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [(tmp_path / f"rank{i}.txt").read_text().split() for i in range(2)]
+    assert all(r[0] == "2" and r[1] == "True" for r in ranks)  # two processes, weights moved
+    assert ranks[0][2] == ranks[1][2]  # identical weights after the update
+    assert ranks[0][3] != ranks[1][3]  # each rank collected its own episodes

@@ -70,8 +70,16 @@ def test_sb3_ppo_learns_token_level_echo():
     torch.set_num_threads(1)
     kwargs = {"length": 1, "alphabet_size": 2, "max_action_tokens": 1}
     random_return = uniform_random_return(make_token_level(**kwargs))
-    model = PPO("MlpPolicy", make_token_level(**kwargs), seed=0, n_steps=512, batch_size=128, learning_rate=3e-3,
-                ent_coef=0.0, verbose=0)
+    model = PPO(
+        "MlpPolicy",
+        make_token_level(**kwargs),
+        seed=0,
+        n_steps=512,
+        batch_size=128,
+        learning_rate=3e-3,
+        ent_coef=0.0,
+        verbose=0,
+    )
     model.learn(total_timesteps=12_000)
     trained, _ = evaluate_policy(model, make_token_level(**kwargs), n_eval_episodes=100, deterministic=True)
     assert trained > random_return + 0.4, (random_return, trained)

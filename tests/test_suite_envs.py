@@ -23,9 +23,16 @@ def play_oracle(env, seed):
     return total, turns, terminated
 
 
-@pytest.mark.parametrize("env_id, max_turns", [("lmgym/GuessNumber-v0", 7), ("lmgym/Maze-v0", 40),
-                                               ("lmgym/Wordle-v0", 6), ("lmgym/Countdown-v0", 1),
-                                               ("lmgym/PythonTool-v0", 2)])
+@pytest.mark.parametrize(
+    "env_id, max_turns",
+    [
+        ("lmgym/GuessNumber-v0", 7),
+        ("lmgym/Maze-v0", 40),
+        ("lmgym/Wordle-v0", 6),
+        ("lmgym/Countdown-v0", 1),
+        ("lmgym/PythonTool-v0", 2),
+    ],
+)
 def test_oracles_solve_100_episodes_within_limits(env_id, max_turns):
     env = gym.make(env_id)
     for seed in range(100 if env_id != "lmgym/PythonTool-v0" else 20):
@@ -54,8 +61,9 @@ def test_prompt_env_with_list_and_generator_and_function():
     with pytest.raises(RuntimeError, match="exhausted"):
         gen.reset()
 
-    made = gym.make("lmgym/Prompt-v0", prompts=lambda rng: f"number {int(rng.integers(1000))}",
-                    reward_fn=lambda p, c, i: 0.5)
+    made = gym.make(
+        "lmgym/Prompt-v0", prompts=lambda rng: f"number {int(rng.integers(1000))}", reward_fn=lambda p, c, i: 0.5
+    )
     assert made.reset(seed=5)[0] == made.reset(seed=5)[0] and made.reset(seed=5)[0].startswith("number ")
     assert step_text(made, "x")[1] == 0.5
 
@@ -66,7 +74,9 @@ def test_raising_reward_function_names_prompt_and_completion():
 
     env = gym.make("lmgym/Prompt-v0", prompts=["Say hi."], reward_fn=broken)
     env.reset(seed=0)
-    with pytest.raises(RuntimeError, match=r"(?s)reward_fn raised KeyError.*prompt: 'Say hi\.'.*completion: 'oops'") as err:
+    with pytest.raises(
+        RuntimeError, match=r"(?s)reward_fn raised KeyError.*prompt: 'Say hi\.'.*completion: 'oops'"
+    ) as err:
         step_text(env, "oops")
     assert isinstance(err.value.__cause__, KeyError)
 
@@ -74,8 +84,9 @@ def test_raising_reward_function_names_prompt_and_completion():
 def test_prompt_env_with_a_dataset():
     datasets = pytest.importorskip("datasets")
     data = datasets.Dataset.from_dict({"question": ["1+1=", "2+3="], "answer": ["2", "5"]})
-    env = gym.make("lmgym/Prompt-v0", prompts=data, prompt_key="question",
-                   reward_fn=lambda p, c, info: float(c == info["answer"]))
+    env = gym.make(
+        "lmgym/Prompt-v0", prompts=data, prompt_key="question", reward_fn=lambda p, c, info: float(c == info["answer"])
+    )
     prompt, info = env.reset(seed=1)
     assert prompt in ("1+1=", "2+3=") and info["answer"] == {"1+1=": "2", "2+3=": "5"}[prompt]
     assert step_text(env, info["answer"])[1] == 1.0
@@ -162,7 +173,10 @@ def test_countdown_checks_numbers_and_value():
     env.reset(seed=3)
     assert step_text(env, f"<answer>{target}</answer>")[1] == (1.0 if target in numbers else 0.0)
     env.reset(seed=3)
-    assert step_text(env, f"<answer>{numbers[0]} + {numbers[0]} + {numbers[0]} + {numbers[0]} + {numbers[0]}</answer>")[1] == 0.0
+    assert (
+        step_text(env, f"<answer>{numbers[0]} + {numbers[0]} + {numbers[0]} + {numbers[0]} + {numbers[0]}</answer>")[1]
+        == 0.0
+    )
 
 
 def test_chat_template(hf_tokenizer_dir):
@@ -177,8 +191,9 @@ def test_chat_template(hf_tokenizer_dir):
     env = lmgym.wrappers.ChatTemplate(gym.make("lmgym/Calculator-v0", tokenizer=hf, operators="*"), system="Be exact.")
     obs, _ = env.reset(seed=0)
     question = gym.make("lmgym/Calculator-v0", operators="*").reset(seed=0)[0]
-    assert obs == (f"<|im_start|>system\nBe exact.<|im_end|>\n<|im_start|>user\n{question}<|im_end|>\n"
-                   "<|im_start|>assistant\n")
+    assert obs == (
+        f"<|im_start|>system\nBe exact.<|im_end|>\n<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert env.end_of_turn == "<|im_end|>" and "<|im_end|>" in env.stop_strings and "</calc>" in env.stop_strings
     call = env.get_wrapper_attr("oracle")()
     action = hf.encode(call, add_special_tokens=False) + [hf.convert_tokens_to_ids("<|im_end|>")]

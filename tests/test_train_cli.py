@@ -7,22 +7,43 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import tiny_model
 
 
 def lmgym(*args, env=None, timeout=600):
-    return subprocess.run([sys.executable, "-m", "lmgym.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "lmgym.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("smoke")
     out = root / "run"
-    result = lmgym("train", "--episodes", "16", "--num-envs", "8", "--eval-episodes", "8", "--eval-every", "1",
-                   "--warmstart-steps", "5", "--episodes-per-update", "8", "--out", str(out), "--seed", "3",
-                   env={"LMGYM_CACHE": str(root / "cache")})
+    result = lmgym(
+        "train",
+        "--episodes",
+        "16",
+        "--num-envs",
+        "8",
+        "--eval-episodes",
+        "8",
+        "--eval-every",
+        "1",
+        "--warmstart-steps",
+        "5",
+        "--episodes-per-update",
+        "8",
+        "--out",
+        str(out),
+        "--seed",
+        "3",
+        env={"LMGYM_CACHE": str(root / "cache")},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return out, result
 
@@ -39,8 +60,16 @@ def test_train_writes_every_output(smoke_run):
     assert summary["wall_seconds"] > 0
     with open(out / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert {"step", "loss/policy", "loss/value", "policy/approx_kl", "env/return", "env/success",
-            "objective/kl", "eval/success"} <= set(rows[0])
+    assert {
+        "step",
+        "loss/policy",
+        "loss/value",
+        "policy/approx_kl",
+        "env/return",
+        "env/success",
+        "objective/kl",
+        "eval/success",
+    } <= set(rows[0])
     assert len(rows) == 3  # the evaluation before training, then two updates
     assert list(out.glob("tensorboard/**/events.out.tfevents*"))
     from PIL import Image
@@ -63,7 +92,8 @@ def test_trained_model_reloads_and_generates(smoke_run):
     generated = model.generate(torch.tensor([[87, 104, 97, 116]]), max_new_tokens=5, do_sample=False, pad_token_id=257)
     assert generated.shape == (1, 9)
     agent = PPOAgent.load(out / "model")
-    assert agent.tokenizer.encode("<calc>") == [agent.tokenizer.vocab_size - 4] or len(agent.tokenizer.encode("<calc>")) == 1
+    (calc_id,) = agent.tokenizer.encode("<calc>")  # the env's tags are single tokens
+    assert calc_id >= 258
 
 
 @pytest.mark.slow
@@ -85,8 +115,23 @@ def test_train_takes_a_local_hf_model(tmp_path, hf_tokenizer_dir):
     model = tiny_model(len(tokenizer), tokenizer.eos_token_id, n_layer=1, n_embd=32)
     model.save_pretrained(tmp_path / "hf")
     tokenizer.save_pretrained(tmp_path / "hf")
-    result = lmgym("train", "--model", str(tmp_path / "hf"), "--episodes", "8", "--num-envs", "4",
-                   "--eval-episodes", "4", "--eval-every", "0", "--episodes-per-update", "4", "--out", str(tmp_path / "run"))
+    result = lmgym(
+        "train",
+        "--model",
+        str(tmp_path / "hf"),
+        "--episodes",
+        "8",
+        "--num-envs",
+        "4",
+        "--eval-episodes",
+        "4",
+        "--eval-every",
+        "0",
+        "--episodes-per-update",
+        "4",
+        "--out",
+        str(tmp_path / "run"),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     saved = AutoTokenizer.from_pretrained(tmp_path / "run" / "model")
     assert "<calc>" in saved.get_vocab() and len(saved) == len(tokenizer) + 6  # the env's tags were added

@@ -16,11 +16,15 @@ def held_out_seeds(n: int) -> list[int]:
     return [EVAL_SEED_OFFSET + i for i in range(n)]
 
 
-def evaluate(agent: PPOAgent, envs: gym.Env | gym.vector.VectorEnv, episodes: int = 200, greedy: bool = True) -> tuple[dict[str, Any], Trajectories]:
+def evaluate(
+    agent: PPOAgent, envs: gym.Env | gym.vector.VectorEnv, episodes: int = 200, greedy: bool = True
+) -> tuple[dict[str, Any], Trajectories]:
     """Plays ``episodes`` held-out episodes; returns ``{"success", "tool_rate", "mean_return",
     "episodes"}`` and the episodes themselves."""
     kwargs = {"do_sample": False} if greedy else {}
-    batch = agent.collect(envs, episodes, group_size=1, seeds=held_out_seeds(episodes), generation_kwargs=kwargs, score=False)
+    batch = agent.collect(
+        envs, episodes, group_size=1, seeds=held_out_seeds(episodes), generation_kwargs=kwargs, score=False
+    )
     stats = batch.stats()
     return {
         "success": stats["env/success"],

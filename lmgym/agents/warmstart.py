@@ -67,9 +67,7 @@ def env_special_tokens(env_id: str, env_kwargs: dict[str, Any] | None = None) ->
         env.close()
 
 
-def demonstrations(
-    env: gym.Env, n: int, tokenizer: Tokenizer, tool_rate: float = 1.0, seed: int = 0
-) -> list[Episode]:
+def demonstrations(env: gym.Env, n: int, tokenizer: Tokenizer, tool_rate: float = 1.0, seed: int = 0) -> list[Episode]:
     """``n`` episodes the env's oracle plays, as token streams (actions masked in).
 
     With probability ``tool_rate`` an episode follows the full oracle (which calls tools when
@@ -137,7 +135,9 @@ def default_model(
     """
     config = config or WarmStartConfig()
     env_kwargs = dict(env_kwargs or {})
-    key = json.dumps({"env": env_id, "kwargs": env_kwargs, "config": asdict(config), "v": 4}, sort_keys=True, default=str)
+    key = json.dumps(
+        {"env": env_id, "kwargs": env_kwargs, "config": asdict(config), "v": 4}, sort_keys=True, default=str
+    )
     path = cache_dir() / "warmstart" / hashlib.sha256(key.encode()).hexdigest()[:16]
     tokenizer = ByteTokenizer(env_special_tokens(env_id, env_kwargs))
     if use_cache and (path / "config.json").is_file():

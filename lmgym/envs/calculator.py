@@ -14,6 +14,17 @@ NUMBER = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*")
 FEEDBACK = "\nAnswer with <answer>N</answer>.\n"
 
 
+def grade_answer(text: str, answer: int | float) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    """The step of a question answered with ``<answer>N</answer>``: 1.0 and terminated when N is
+    right, 0.0 and terminated when wrong, feedback and no reward when there is no answer tag."""
+    found = ANSWER.search(text)
+    if found is None:
+        return FEEDBACK, 0.0, False, False, {"answer": None}
+    number = NUMBER.fullmatch(found.group(1))
+    correct = number is not None and float(number.group(1)) == answer
+    return "", float(correct), True, False, {"answer": found.group(1), "correct": correct}
+
+
 class ArithmeticEnv(LMEnv):
     """Answer a seeded arithmetic question such as ``What is 37 * 412?``.
 
@@ -84,12 +95,7 @@ class ArithmeticEnv(LMEnv):
         return f"What is {self.expression}?\n", {"expression": self.expression}
 
     def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        found = ANSWER.search(text)
-        if found is None:
-            return FEEDBACK, 0.0, False, False, {"answer": None}
-        number = NUMBER.fullmatch(found.group(1))
-        correct = number is not None and float(number.group(1)) == self.answer
-        return "", float(correct), True, False, {"answer": found.group(1), "correct": correct}
+        return grade_answer(text, self.answer)
 
     def oracle(self) -> str:
         return f"<answer>{format_number(self.answer)}</answer>"

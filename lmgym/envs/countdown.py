@@ -55,8 +55,13 @@ class CountdownEnv(LMEnv):
     special_tokens = ("<answer>", "</answer>")
     max_action_tokens = 48
 
-    def __init__(self, tokenizer: Any = None, render_mode: str | None = None, count: int = 4,
-                 max_action_tokens: int | None = None):
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        render_mode: str | None = None,
+        count: int = 4,
+        max_action_tokens: int | None = None,
+    ):
         super().__init__(tokenizer, render_mode, max_action_tokens)
         if not 2 <= count <= 6:
             raise ValueError(f"count must be in [2, 6], got {count}")
@@ -67,7 +72,10 @@ class CountdownEnv(LMEnv):
     def _puzzle(self) -> tuple[list[int], str, int]:
         while True:
             numbers = [int(x) for x in self.np_random.choice(SMALL + LARGE, size=self.count)]
-            used = [int(i) for i in self.np_random.permutation(self.count)[: int(self.np_random.integers(2, self.count + 1))]]
+            used = [
+                int(i)
+                for i in self.np_random.permutation(self.count)[: int(self.np_random.integers(2, self.count + 1))]
+            ]
             expression = str(numbers[used[0]])
             for i in used[1:]:
                 op = str(self.np_random.choice(list("+-*/")))

@@ -41,8 +41,14 @@ class GuessNumberEnv(LMEnv):
 
     max_action_tokens = 8
 
-    def __init__(self, tokenizer: Any = None, render_mode: str | None = None, low: int = 1, high: int = 100,
-                 max_action_tokens: int | None = None):
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        render_mode: str | None = None,
+        low: int = 1,
+        high: int = 100,
+        max_action_tokens: int | None = None,
+    ):
         super().__init__(tokenizer, render_mode, max_action_tokens)
         if low >= high:
             raise ValueError(f"need low < high, got {low}, {high}")

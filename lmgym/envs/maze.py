@@ -45,8 +45,14 @@ class MazeEnv(LMEnv):
 
     max_action_tokens = 8
 
-    def __init__(self, tokenizer: Any = None, render_mode: str | None = None, size: int = 6,
-                 wall_density: float = 0.25, max_action_tokens: int | None = None):
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        render_mode: str | None = None,
+        size: int = 6,
+        wall_density: float = 0.25,
+        max_action_tokens: int | None = None,
+    ):
         super().__init__(tokenizer, render_mode, max_action_tokens)
         if size < 3 or not 0 <= wall_density < 0.6:
             raise ValueError(f"need size >= 3 and 0 <= wall_density < 0.6, got {size}, {wall_density}")

@@ -33,8 +33,9 @@ class TaskSource:
 
     def __init__(self, prompts: Any, prompt_key: str = "prompt"):
         if prompts is None or isinstance(prompts, (str, bytes)):
-            raise TypeError("prompts must be a list, a dataset, an iterable or a function of the RNG, "
-                            f"got {type(prompts).__name__}")
+            raise TypeError(
+                f"prompts must be a list, a dataset, an iterable or a function of the RNG, got {type(prompts).__name__}"
+            )
         self.prompts, self.prompt_key = prompts, prompt_key
         self._iterator: Iterator[Any] | None = None
         if isinstance(prompts, Sequence) or hasattr(prompts, "__getitem__") and hasattr(prompts, "__len__"):
@@ -108,9 +109,16 @@ class PromptEnv(LMEnv):
     - v0: first version.
     """
 
-    def __init__(self, prompts: Any = None, reward_fn: RewardFn | None = None, tokenizer: Any = None,
-                 render_mode: str | None = None, prompt_key: str = "prompt", stop_strings: Sequence[str] = (),
-                 max_action_tokens: int | None = None):
+    def __init__(
+        self,
+        prompts: Any = None,
+        reward_fn: RewardFn | None = None,
+        tokenizer: Any = None,
+        render_mode: str | None = None,
+        prompt_key: str = "prompt",
+        stop_strings: Sequence[str] = (),
+        max_action_tokens: int | None = None,
+    ):
         super().__init__(tokenizer, render_mode, max_action_tokens)
         self.tasks = TaskSource(DEFAULT_TASKS if prompts is None else prompts, prompt_key)
         self.reward_fn = reward_fn or exact_match
@@ -150,7 +158,7 @@ def reversed_correctly(prompt: str, outputs: list[str], info: dict[str, Any]) ->
     return float(bool(first) and second == first[::-1])
 
 
-class PipelineEnv(LMEnv):
+class PipelineEnv(PromptEnv):
     """Several model calls in one trajectory, rewarded at the end: trlx's open request.
 
     ## Description
@@ -183,21 +191,20 @@ class PipelineEnv(LMEnv):
     - v0: first version.
     """
 
-    def __init__(self, prompts: Any = None, transforms: Sequence[Callable[[str], str]] | None = None,
-                 reward_fn: RewardFn | None = None, tokenizer: Any = None, render_mode: str | None = None,
-                 prompt_key: str = "prompt", stop_strings: Sequence[str] = (), max_action_tokens: int | None = None):
-        super().__init__(tokenizer, render_mode, max_action_tokens)
-        self.tasks = TaskSource(DEFAULT_PIPELINE if prompts is None else prompts, prompt_key)
+    def __init__(
+        self,
+        prompts: Any = None,
+        transforms: Sequence[Callable[[str], str]] | None = None,
+        reward_fn: RewardFn | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(DEFAULT_PIPELINE if prompts is None else prompts, reward_fn or reversed_correctly, **kwargs)
         self.transforms = list(transforms) if transforms is not None else [reverse_request]
-        self.reward_fn = reward_fn or reversed_correctly
-        self.stop_strings = tuple(stop_strings)
-        self.prompt, self.fields, self.outputs = "", {}, []
+        self.outputs: list[str] = []
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        super().reset(seed=seed)
-        self.prompt, self.fields = self.tasks.draw(self.np_random)
         self.outputs = []
-        return self.prompt, dict(self.fields)
+        return super().reset(seed=seed, options=options)
 
     def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self.outputs.append(text)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmgym.core import LMEnv
-from lmgym.envs.calculator import ANSWER, FEEDBACK, NUMBER
+from lmgym.envs.calculator import grade_answer
 from lmgym.tools.python import PythonTool
 from lmgym.wrappers.tool_use import ToolUse
 
@@ -77,8 +77,13 @@ class PythonTaskEnv(LMEnv):
     special_tokens = ("<answer>", "</answer>")
     max_action_tokens = 96
 
-    def __init__(self, tokenizer: Any = None, render_mode: str | None = None, max_n: int = 5000,
-                 max_action_tokens: int | None = None):
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        render_mode: str | None = None,
+        max_n: int = 5000,
+        max_action_tokens: int | None = None,
+    ):
         super().__init__(tokenizer, render_mode, max_action_tokens)
         if max_n < 100:
             raise ValueError(f"max_n must be >= 100, got {max_n}")
@@ -95,12 +100,7 @@ class PythonTaskEnv(LMEnv):
         return question.format(a=self.a, b=self.b, e=self.a // 10) + "\n", {"kind": self.kind}
 
     def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        found = ANSWER.search(text)
-        if found is None:
-            return FEEDBACK, 0.0, False, False, {"answer": None}
-        number = NUMBER.fullmatch(found.group(1))
-        correct = number is not None and float(number.group(1)) == self.answer
-        return "", float(correct), True, False, {"answer": found.group(1), "correct": correct}
+        return grade_answer(text, self.answer)
 
     def oracle(self) -> str:
         return f"<answer>{self.answer}</answer>"

@@ -9,7 +9,7 @@ import gymnasium as gym
 from lmgym.core import check_token_ids
 from lmgym.tokenizers import HFTokenizer, is_hf_tokenizer
 
-MARK = "\uE000lmgym-assistant-turn\uE000"  # a private-use placeholder for the model's turn
+MARK = "\ue000lmgym-assistant-turn\ue000"  # a private-use placeholder for the model's turn
 
 
 class ChatTemplate(gym.Wrapper):
@@ -51,7 +51,9 @@ class ChatTemplate(gym.Wrapper):
 
     def _render(self, messages: list[dict[str, str]], generation_prompt: bool = False) -> str:
         system = [{"role": "system", "content": self.system}] if self.system else []
-        return str(self.hf.apply_chat_template(system + messages, tokenize=False, add_generation_prompt=generation_prompt))
+        return str(
+            self.hf.apply_chat_template(system + messages, tokenize=False, add_generation_prompt=generation_prompt)
+        )
 
     def reset(self, **kwargs: Any) -> tuple[str, dict[str, Any]]:
         prompt, info = self.env.reset(**kwargs)
@@ -70,6 +72,8 @@ class ChatTemplate(gym.Wrapper):
         if not after.startswith(before):
             raise ValueError("the chat template renders earlier turns differently once a turn is added")
         closing = before[before.index(MARK, len(self._render(self.messages))) + len(MARK) :]
-        closing = closing.lstrip()[len(self.end_of_turn) :] if closing.lstrip().startswith(self.end_of_turn) else closing
+        closing = (
+            closing.lstrip()[len(self.end_of_turn) :] if closing.lstrip().startswith(self.end_of_turn) else closing
+        )
         self.messages += [{"role": "assistant", "content": text}, {"role": "user", "content": obs}]
         return closing + after[len(before) :], reward, terminated, truncated, info

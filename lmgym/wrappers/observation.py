@@ -55,8 +55,13 @@ class RecordTranscript(gym.Wrapper):
         assert self.episode is not None
         e = self.episode
         text = e["prompt"] + "".join(a + o for a, o in zip(e["actions"], e["observations"]))
-        record = {**e, "return": sum(e["rewards"]), "terminated": terminated, "truncated": truncated,
-                  "transcript": text}
+        record = {
+            **e,
+            "return": sum(e["rewards"]),
+            "terminated": terminated,
+            "truncated": truncated,
+            "transcript": text,
+        }
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
         self.episode = None
