@@ -282,15 +282,35 @@ def test_learn_logs_and_callbacks(tmp_path):
 
 @pytest.mark.slow
 def test_two_process_accelerate_launch_keeps_ranks_in_sync(tmp_path):
+    import os
     import pathlib
     import subprocess
     import sys
 
     script = pathlib.Path(__file__).parent / "scripts" / "ddp_update.py"
+    # accelerate 1.x runs `launch --cpu` as a single process; two CPU processes go through its
+    # torchrun launcher with ACCELERATE_USE_CPU (gloo backend).
     result = subprocess.run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu", "--num_machines", "1",
-         "--mixed_precision", "no", "--dynamo_backend", "no", str(script), str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--multi_gpu",
+            "--num_processes",
+            "2",
+            "--num_machines",
+            "1",
+            "--mixed_precision",
+            "no",
+            "--dynamo_backend",
+            "no",
+            str(script),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "ACCELERATE_USE_CPU": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = [(tmp_path / f"rank{i}.txt").read_text().split() for i in range(2)]
