@@ -317,3 +317,19 @@ def test_two_process_accelerate_launch_keeps_ranks_in_sync(tmp_path):
     assert all(r[0] == "2" and r[1] == "True" for r in ranks)  # two processes, weights moved
     assert ranks[0][2] == ranks[1][2]  # identical weights after the update
     assert ranks[0][3] != ranks[1][3]  # each rank collected its own episodes
+
+
+def test_peft_reference_is_the_base_with_adapters_off():
+    peft = pytest.importorskip("peft")
+    base = tiny_model(258, 256, n_layer=1, n_embd=32)
+    model = peft.get_peft_model(base, peft.LoraConfig(r=4, target_modules=["c_attn"], fan_in_fan_out=True))
+    agent = PPOAgent(model, tokenizer=ByteTokenizer(), config=PPOConfig(learning_rate=1e-2))
+    assert agent.ref_model is None  # no copy: the reference is the base model
+    batch = agent.collect(gym.make("lmgym/Echo-v0"), 4)
+    assert all(torch.equal(e.logprobs, e.ref_logprobs) for e in batch)  # LoRA starts as a no-op
+    query = torch.tensor(ByteTokenizer().encode("Echo: a\n"))
+    agent.step([query, query], [torch.tensor([97]), torch.tensor([98])], [1.0, 0.0])
+    trained = [n for n, p in agent.policy.named_parameters() if p.requires_grad]
+    assert all("lora_" in n or "value_head" in n for n in trained)
+    batch = agent.collect(gym.make("lmgym/Echo-v0"), 4)
+    assert any(not torch.allclose(e.logprobs, e.ref_logprobs) for e in batch)
