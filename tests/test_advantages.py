@@ -107,3 +107,22 @@ def test_whiten_guards_near_zero_spread():
     assert whiten(x, mask).abs().max() < 1e-3  # centred, not blown up to +-1.2
     y = whiten(torch.tensor([0.0, 2.0, 4.0]), mask)
     assert y.mean().abs() < 1e-6 and y.std(unbiased=False).item() == pytest.approx(1.0)
+
+
+def test_kl_in_reward_or_in_loss():
+    mask = [False, True, True]
+    e = scored_episode([0, 0, 0], [1.0], mask, turn_ends=[2])
+    e.logprobs = torch.tensor([0.0, -1.0, -2.0])
+    e.ref_logprobs = torch.tensor([0.0, -1.5, -1.0])
+    in_reward = make_agent(kl_penalty="reward")
+    in_reward.kl_controller.value = 0.1
+    rewards, kl = in_reward.compute_rewards(e)
+    assert kl.tolist() == pytest.approx([0.0, 0.5, -1.0])  # k1 = logp - ref_logp on action tokens
+    assert rewards.tolist() == pytest.approx([0.0, -0.05, 1.0 + 0.1])
+    in_loss = make_agent(kl_penalty="loss")
+    in_loss.kl_controller.value = 0.1
+    rewards, _ = in_loss.compute_rewards(e)
+    assert rewards.tolist() == [0.0, 0.0, 1.0]  # the KL goes to the loss (k3) instead
+    tok = ByteTokenizer()
+    metrics = in_loss.step([torch.tensor(tok.encode("Q"))], [torch.tensor(tok.encode("ab"))], [1.0])
+    assert metrics["loss/kl"] >= 0.0
