@@ -44,6 +44,9 @@ def add_train_commands(sub: Any, usage_error: type[Exception]) -> None:
         "--warmstart-steps", type=int, default=None, help="supervised steps of the default model's warm start"
     )
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="gym.make argument")
+    p.add_argument(
+        "--resume", default=None, metavar="CHECKPOINT", help="continue from a checkpoint (OUT/checkpoints/last)"
+    )
     for field in dataclasses.fields(PPOConfig):
         flag = "--" + field.name.replace("_", "-")
         if field.name in ("seed", "estimator", "generation_kwargs"):
@@ -104,6 +107,9 @@ def _check_inputs(args: argparse.Namespace, usage_error: type[Exception]) -> Non
     out = getattr(args, "out", None)
     if out is not None and os.path.exists(out) and not os.path.isdir(out):
         raise usage_error(f"--out {out!r} is a file, not a directory")
+    resume = getattr(args, "resume", None)
+    if resume is not None and not os.path.isfile(os.path.join(resume, "training_state.pt")):
+        raise usage_error(f"--resume {resume!r} is not a checkpoint (no training_state.pt in it)")
 
 
 def _make_agent(args: argparse.Namespace, config: Any, env_kwargs: dict[str, Any], usage_error: type[Exception]) -> Any:
@@ -197,15 +203,17 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     eval_envs = _make_envs(args, min(50, args.eval_episodes), agent.tokenizer, env_kwargs)
 
     before, before_batch = evaluate(agent, eval_envs, args.eval_episodes)
-    logger = MetricsLogger(out, config.to_dict())
-    logger.log({"eval/success": before["success"], "eval/tool_rate": before["tool_rate"]}, 0)
-    logger.close()
+    if args.resume is None:  # a resumed run keeps the history it has
+        logger = MetricsLogger(out, config.to_dict())
+        logger.log({"eval/success": before["success"], "eval/tool_rate": before["tool_rate"]}, 0)
+        logger.close()
     agent.learn(
         envs,
         total_episodes=args.episodes,
         callbacks=[_Evaluator(eval_envs, min(100, args.eval_episodes), args.eval_every)],
         log_dir=out,
         checkpoint_dir=out / "checkpoints",
+        resume_from=args.resume,
     )
     after, after_batch = evaluate(agent, eval_envs, args.eval_episodes)
     final = MetricsLogger(out)

@@ -158,3 +158,35 @@ def test_out_that_is_a_file(tmp_path):
     target.write_text("x")
     result = lmgym("train", "--out", str(target))
     assert result.returncode == 2 and "is a file" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_train_resumes_from_its_last_checkpoint(smoke_run):
+    out, _ = smoke_run
+    result = lmgym(
+        "train",
+        "--episodes",
+        "24",
+        "--num-envs",
+        "8",
+        "--eval-episodes",
+        "8",
+        "--eval-every",
+        "0",
+        "--warmstart-steps",
+        "5",
+        "--episodes-per-update",
+        "8",
+        "--out",
+        str(out),
+        "--seed",
+        "3",
+        "--resume",
+        str(out / "checkpoints" / "last"),
+        env={"LMGYM_CACHE": str(out.parent / "cache")},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((out / "summary.json").read_text())["episodes"] == 24  # 16 before, 8 more
+    with open(out / "metrics.csv", newline="") as f:
+        steps = [int(float(r["step"])) for r in csv.DictReader(f)]
+    assert steps == [0, 1, 2, 3]

@@ -484,6 +484,7 @@ class PPOAgent:
 
         if total_episodes < 1:
             raise ValueError(f"total_episodes must be >= 1, got {total_episodes}")
+        callbacks = list(callbacks)
         if resume_from is not None:
             self.load_training_state(resume_from)
         logger = MetricsLogger(log_dir, self.config.to_dict()) if log_dir and self.accelerator.is_main_process else None
@@ -517,7 +518,7 @@ class PPOAgent:
             if checkpoint_dir and (stop or done or (every and self.num_updates % every == 0)):
                 path = Path(checkpoint_dir) / "last"
                 self.save(path, training_state=True)
-                _fire([c for c in callbacks if hasattr(c, "on_checkpoint")], "on_checkpoint", self, path)
+                _fire(callbacks, "on_checkpoint", self, path)
             if stop:
                 break
         bar.close()
