@@ -16,6 +16,9 @@ class PPOConfig:
     learning_rate: float = 1.41e-5
     """Adam learning rate. TRL's PPO default, for pretrained models; a tiny model trained from
     scratch needs ~1e-4 to 1e-3."""
+    anneal_lr: bool = False
+    """Anneal the learning rate linearly to 0 over ``learn``'s ``total_episodes`` (CleanRL's
+    ``anneal_lr``): late updates stay small, so a policy that has learned is not knocked off."""
     gamma: float = 1.0
     """Discount over action tokens (N+ implementation details of RLHF with PPO, 2024)."""
     gae_lambda: float = 0.95

@@ -376,6 +376,7 @@ class PPOAgent:
             {
                 "objective/kl": mean_kl,
                 "objective/kl_coef": self.kl_controller.value,
+                "optim/learning_rate": self.optimizer.param_groups[0]["lr"],
                 "time/update": time.perf_counter() - start,
             }
         )
@@ -497,6 +498,9 @@ class PPOAgent:
         while self.num_episodes < total_episodes:
             k = self.config.group_size or 1
             n = max(k, min(self.config.episodes_per_update, total_episodes - self.num_episodes) // k * k)
+            if self.config.anneal_lr:  # CleanRL's schedule, by episodes done
+                for group in self.optimizer.param_groups:
+                    group["lr"] = self.config.learning_rate * (1 - self.num_episodes / total_episodes)
             started = time.perf_counter()
             batch = self.collect(envs, n)
             collect_time = time.perf_counter() - started
