@@ -34,7 +34,7 @@ def add_train_commands(sub: Any, usage_error: type[Exception]) -> None:
     p = sub.add_parser("train", help="train a model with PPO on an env")
     p.add_argument("env_id", nargs="?", default=DEFAULT_ENV)
     p.add_argument("--model", default=None, help="HF model name or local path (default: the embedded tiny model)")
-    p.add_argument("--episodes", type=int, default=6144, help="training episodes (default: 6144)")
+    p.add_argument("--episodes", type=int, default=4096, help="training episodes (default: 4096)")
     p.add_argument("--num-envs", type=int, default=32, help="envs played in parallel (default: 32)")
     p.add_argument("--out", default="runs/train", help="output directory (default: runs/train)")
     p.add_argument("--eval-episodes", type=int, default=200, help="held-out episodes for before/after")
@@ -264,13 +264,14 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
 def evaluate_command(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     from lmgym.agents import PPOConfig
     from lmgym.agents.evaluation import evaluate
+    from lmgym.cli import parse_kwargs
 
     _check_inputs(args, usage_error)
     if not os.path.exists(args.model):
         raise usage_error(f"--model {args.model!r} does not exist")
     _set_threads(None)
     _quiet_transformers()
-    env_kwargs = parse_env_kwargs(args.env_arg)
+    env_kwargs = parse_kwargs(args.env_arg)
     agent = _make_agent(args, PPOConfig(seed=args.seed), env_kwargs, usage_error)
     envs = _make_envs(args, min(args.num_envs, args.episodes), agent.tokenizer, env_kwargs)
     greedy, _ = evaluate(agent, envs, args.episodes, greedy=True)
@@ -287,12 +288,6 @@ def evaluate_command(args: argparse.Namespace, usage_error: type[Exception]) -> 
             ],
         )
     )
-
-
-def parse_env_kwargs(items: list[str]) -> dict[str, Any]:
-    from lmgym.cli import parse_kwargs
-
-    return parse_kwargs(items)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:

@@ -338,6 +338,10 @@ def test_peft_reference_is_the_base_with_adapters_off():
 def test_anneal_lr_goes_linearly_to_zero():
     rates = []
     agent = byte_agent(episodes_per_update=2, mini_batch_size=2, learning_rate=1e-3, anneal_lr=True)
-    agent.learn(gym.make("lmgym/Echo-v0"), total_episodes=8, callbacks=[lambda a, m: rates.append(m["optim/learning_rate"])],
-                progress_bar=False)
+    agent.learn(
+        gym.make("lmgym/Echo-v0"),
+        total_episodes=8,
+        callbacks=[lambda a, m: rates.append(m["optim/learning_rate"])],
+        progress_bar=False,
+    )
     assert rates == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])

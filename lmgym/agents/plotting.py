@@ -23,8 +23,9 @@ def plot_learning_curve(metrics_csv: str | os.PathLike, png: str | os.PathLike, 
         return [p[0] for p in points], [p[1] for p in points]
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    ax.plot(*series("env/return"), label="mean reward (sampled, training)", color="tab:blue", alpha=0.7)
-    ax.plot(*series("env/success"), label="success (sampled, training)", color="tab:green", alpha=0.7)
+    # wide and pale under the success line: on 0/1-reward envs the two coincide
+    ax.plot(*series("env/return"), label="mean reward (sampled, training)", color="tab:blue", alpha=0.35, lw=4)
+    ax.plot(*series("env/success"), label="success (sampled, training)", color="tab:green", alpha=0.8, lw=1.2)
     if any("eval/success" in r for r in rows):
         ax.plot(*series("eval/success"), "o--", label="success (greedy, held-out seeds)", color="tab:red")
     if any("eval/tool_rate" in r for r in rows):

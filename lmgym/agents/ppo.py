@@ -637,7 +637,7 @@ def as_vector_env(envs: gym.Env | VectorEnv) -> VectorEnv:
     if isinstance(envs, VectorEnv):
         return envs
     if isinstance(envs, gym.Env):
-        vec = getattr(envs, "_lmgym_vector", None)
+        vec = getattr(envs, "_lmgym_vector", None)  # kept: a dropped vector env would close the user's env
         if vec is None:
             vec = SyncVectorEnv([lambda: envs], autoreset_mode=AutoresetMode.SAME_STEP)
             envs._lmgym_vector = vec  # type: ignore[attr-defined]
