@@ -5,10 +5,10 @@ The task: say "yes" when the number in the prompt is even, "no" when it is odd.
 
 import gymnasium as gym
 import numpy as np
-from transformers import GPT2Config, GPT2LMHeadModel
 
 import lmgym
 from lmgym.agents import PPOAgent, PPOConfig
+from lmgym.agents.warmstart import tiny_gpt2
 
 
 class ParityEnv(lmgym.LMEnv):
@@ -33,17 +33,7 @@ gym.register("examples/Parity-v0", entry_point=ParityEnv, max_episode_steps=1)
 
 if __name__ == "__main__":
     tokenizer = lmgym.ByteTokenizer()
-    model = GPT2LMHeadModel(
-        GPT2Config(
-            vocab_size=tokenizer.vocab_size,
-            n_embd=64,
-            n_layer=2,
-            n_head=2,
-            n_positions=64,
-            bos_token_id=256,
-            eos_token_id=256,
-        )
-    )
+    model = tiny_gpt2(tokenizer, n_layer=2, n_embd=64, n_positions=64)
     agent = PPOAgent(model, tokenizer=tokenizer, config=PPOConfig(learning_rate=1e-3, episodes_per_update=32))
     envs = gym.make_vec("examples/Parity-v0", num_envs=16, tokenizer=tokenizer)
     before = np.mean(agent.collect(envs, 64).returns)

@@ -5,24 +5,14 @@ for short answers (relabelling rewards is just editing ``episode.rewards``).
 """
 
 import gymnasium as gym
-from transformers import GPT2Config, GPT2LMHeadModel
 
 import lmgym
 from lmgym.agents import PPOAgent, PPOConfig
+from lmgym.agents.warmstart import tiny_gpt2
 
 if __name__ == "__main__":
     tokenizer = lmgym.ByteTokenizer()
-    model = GPT2LMHeadModel(
-        GPT2Config(
-            vocab_size=tokenizer.vocab_size,
-            n_embd=64,
-            n_layer=2,
-            n_head=2,
-            n_positions=64,
-            bos_token_id=256,
-            eos_token_id=256,
-        )
-    )
+    model = tiny_gpt2(tokenizer, n_layer=2, n_embd=64, n_positions=64)
     agent = PPOAgent(model, tokenizer=tokenizer, config=PPOConfig(learning_rate=1e-3))
     envs = gym.make_vec("lmgym/Echo-v0", num_envs=8, tokenizer=tokenizer)
     for iteration in range(5):

@@ -7,10 +7,10 @@ trains every token of both.
 
 import gymnasium as gym
 import numpy as np
-from transformers import GPT2Config, GPT2LMHeadModel
 
 import lmgym
 from lmgym.agents import PPOAgent, PPOConfig
+from lmgym.agents.warmstart import tiny_gpt2
 
 
 def ask_twice(out_1: str) -> str:
@@ -24,17 +24,7 @@ def reward(prompt: str, outputs: list[str], info: dict) -> float:
 
 if __name__ == "__main__":
     tokenizer = lmgym.ByteTokenizer()
-    model = GPT2LMHeadModel(
-        GPT2Config(
-            vocab_size=tokenizer.vocab_size,
-            n_embd=64,
-            n_layer=2,
-            n_head=2,
-            n_positions=64,
-            bos_token_id=256,
-            eos_token_id=256,
-        )
-    )
+    model = tiny_gpt2(tokenizer, n_layer=2, n_embd=64, n_positions=64)
     agent = PPOAgent(model, tokenizer=tokenizer, config=PPOConfig(learning_rate=1e-3, episodes_per_update=32))
     envs = gym.make_vec(
         "lmgym/Pipeline-v0",

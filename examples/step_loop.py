@@ -5,25 +5,15 @@ and GAE carries the value across it.
 """
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
 
 import lmgym
 from lmgym.agents import PPOAgent, PPOConfig
+from lmgym.agents.warmstart import tiny_gpt2
 from lmgym.tools import Calculator
 
 if __name__ == "__main__":
     tok = lmgym.ByteTokenizer()
-    model = GPT2LMHeadModel(
-        GPT2Config(
-            vocab_size=tok.vocab_size,
-            n_embd=64,
-            n_layer=2,
-            n_head=2,
-            n_positions=128,
-            bos_token_id=256,
-            eos_token_id=256,
-        )
-    )
+    model = tiny_gpt2(tok, n_layer=2, n_embd=64, n_positions=128)
     agent = PPOAgent(model, tokenizer=tok, config=PPOConfig(learning_rate=1e-3))
     calculator = Calculator()
     for iteration in range(3):

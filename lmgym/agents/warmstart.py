@@ -125,6 +125,33 @@ def supervised_finetune(
     return losses
 
 
+def tiny_gpt2(
+    tokenizer: Tokenizer, n_layer: int = 2, n_embd: int = 64, n_head: int = 2, n_positions: int = 256
+) -> GPT2LMHeadModel:
+    """A small GPT-2 built from a config for ``tokenizer`` (its vocabulary, EOS and PAD), without
+    dropout (which slows a model this small from learning to copy). Seed torch first to fix it.
+
+    Example:
+        >>> from lmgym.tokenizers import ByteTokenizer
+        >>> tiny_gpt2(ByteTokenizer(), n_layer=1, n_embd=16).config.vocab_size
+        258
+    """
+    config = GPT2Config(
+        vocab_size=tokenizer.vocab_size,
+        n_positions=n_positions,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
+    return GPT2LMHeadModel(config)
+
+
 def default_model(
     env_id: str, env_kwargs: dict[str, Any] | None = None, config: WarmStartConfig | None = None, use_cache: bool = True
 ) -> tuple[PreTrainedModel, ByteTokenizer, Path]:
@@ -143,21 +170,7 @@ def default_model(
     if use_cache and (path / "config.json").is_file():
         return GPT2LMHeadModel.from_pretrained(path), tokenizer, path
     torch.manual_seed(config.seed)
-    model = GPT2LMHeadModel(
-        GPT2Config(
-            vocab_size=tokenizer.vocab_size,
-            n_positions=config.n_positions,
-            n_embd=config.n_embd,
-            n_layer=config.n_layer,
-            n_head=config.n_head,
-            bos_token_id=tokenizer.eos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            resid_pdrop=0.0,  # dropout slows a model this small from learning to copy digits
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-        )
-    )
+    model = tiny_gpt2(tokenizer, config.n_layer, config.n_embd, config.n_head, config.n_positions)
     env = gym.make(env_id, tokenizer=tokenizer, **env_kwargs)
     demos = demonstrations(env, config.demonstrations, tokenizer, config.tool_rate, config.seed)
     env.close()
