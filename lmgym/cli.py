@@ -33,8 +33,12 @@ def summary_line(env_id: str) -> str:
     """The first line of the env's docstring (the env class behind its entry point)."""
     env = gym.make(env_id)
     doc = (type(env.unwrapped).__doc__ or "").strip().splitlines()
+    try:
+        tools = " [tools: " + ", ".join(env.get_wrapper_attr("tools")) + "]"
+    except AttributeError:
+        tools = ""
     env.close()
-    return doc[0] if doc else ""
+    return (doc[0] if doc else "") + tools
 
 
 def cmd_list(args: argparse.Namespace) -> None:
