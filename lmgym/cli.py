@@ -63,7 +63,7 @@ def cmd_play(args: argparse.Namespace, read: Any = input) -> None:
                 print()
                 return
             obs, reward, terminated, truncated, _ = env.step(tokenizer.encode(text))
-            total += reward
+            total += float(reward)
             done = terminated or truncated
             print(f"{obs.rstrip()}\n[reward {reward:g}]" if obs.strip() else f"[reward {reward:g}]")
         print(f"episode over ({'terminated' if terminated else 'truncated'}), return {total:g}")
@@ -119,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. `lmgym list | head`
+        return 0
     return 0
 
 

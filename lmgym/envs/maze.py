@@ -102,7 +102,7 @@ class MazeEnv(LMEnv):
             if len(free) < 2:
                 continue
             a, b = self.np_random.choice(len(free), size=2, replace=False)
-            self.pos, self.goal = tuple(int(x) for x in free[a]), tuple(int(x) for x in free[b])
+            self.pos, self.goal = (int(free[a][0]), int(free[a][1])), (int(free[b][0]), int(free[b][1]))
             if self._path(self.pos):
                 break
         return "Find the goal G. Move north, south, east or west.\n" + self._view(), {}

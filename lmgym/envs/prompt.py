@@ -123,7 +123,7 @@ class PromptEnv(LMEnv):
         self.tasks = TaskSource(DEFAULT_TASKS if prompts is None else prompts, prompt_key)
         self.reward_fn = reward_fn or exact_match
         self.stop_strings = tuple(stop_strings)
-        self.prompt, self.fields = "", {}
+        self.prompt, self.fields = "", dict[str, Any]()
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)

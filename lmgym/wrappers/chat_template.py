@@ -65,7 +65,7 @@ class ChatTemplate(gym.Wrapper):
         text = tokenizer.decode(check_token_ids(action, tokenizer.vocab_size).tolist())
         obs, reward, terminated, truncated, info = self.env.step(action)
         if terminated or truncated:
-            return obs, reward, terminated, truncated, info
+            return obs, float(reward), terminated, truncated, info
         turn = [{"role": "assistant", "content": MARK}]
         before = self._render(self.messages + turn)
         after = self._render(self.messages + turn + [{"role": "user", "content": obs}], generation_prompt=True)
@@ -76,4 +76,4 @@ class ChatTemplate(gym.Wrapper):
             closing.lstrip()[len(self.end_of_turn) :] if closing.lstrip().startswith(self.end_of_turn) else closing
         )
         self.messages += [{"role": "assistant", "content": text}, {"role": "user", "content": obs}]
-        return closing + after[len(before) :], reward, terminated, truncated, info
+        return closing + after[len(before) :], float(reward), terminated, truncated, info

@@ -19,7 +19,7 @@ class TokenizeObservation(gym.Wrapper):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         ids = self.env.get_wrapper_attr("tokenizer").encode(obs)
-        return obs, reward, terminated, truncated, {**info, "observation_ids": ids}
+        return obs, float(reward), terminated, truncated, {**info, "observation_ids": ids}
 
 
 class RecordTranscript(gym.Wrapper):
@@ -49,7 +49,7 @@ class RecordTranscript(gym.Wrapper):
             self.episode["rewards"].append(float(reward))
             if terminated or truncated:
                 self._write(terminated, truncated)
-        return obs, reward, terminated, truncated, info
+        return obs, float(reward), terminated, truncated, info
 
     def _write(self, terminated: bool, truncated: bool) -> None:
         assert self.episode is not None
