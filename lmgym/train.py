@@ -122,9 +122,14 @@ def _make_agent(args: argparse.Namespace, config: Any, env_kwargs: dict[str, Any
         warm = WarmStartConfig(seed=args.seed)
         if getattr(args, "warmstart_steps", None) is not None:
             warm = dataclasses.replace(warm, steps=args.warmstart_steps)
-        model, tokenizer, _ = default_model(
-            args.env_id, env_kwargs, warm, use_cache=not getattr(args, "no_cache", False)
-        )
+        try:
+            model, tokenizer, _ = default_model(
+                args.env_id, env_kwargs, warm, use_cache=not getattr(args, "no_cache", False)
+            )
+        except NotImplementedError as e:
+            raise usage_error(
+                f"{args.env_id} has no oracle to warm-start the default model from ({e}); pass --model"
+            ) from e
     else:
         try:
             model, tokenizer = load_for_env(args.model, args.env_id, env_kwargs)
