@@ -37,7 +37,7 @@ from lmgym.agents.generation import StopOnStrings, cut_action
 from lmgym.agents.kl import KLController
 from lmgym.agents.metrics import MetricsLogger
 from lmgym.agents.policy import PolicyWithValue, state_values, token_entropy, token_logprobs
-from lmgym.agents.trajectories import Episode, Trajectories
+from lmgym.agents.trajectories import Episode, EpisodeBuilder, Trajectories
 from lmgym.tokenizers import Tokenizer, as_tokenizer, load_tokenizer
 
 EVAL_SEED_OFFSET = 2**30
@@ -226,7 +226,7 @@ class PPOAgent:
         n, k = vec.num_envs, group_size
         obs, _ = vec.reset(seed=seeds + [None] * (n - len(seeds)))
         builders = [
-            _EpisodeBuilder(
+            EpisodeBuilder(
                 self.tokenizer.encode(obs[i]) or [self.tokenizer.eos_token_id], seeds[i], first_group + i // k
             )
             for i in range(len(seeds))
@@ -596,42 +596,6 @@ class PPOAgent:
 
 
 # ------------------------------------------------------------------------------------ helpers
-class _EpisodeBuilder:
-    """Grows one episode's token stream turn by turn."""
-
-    def __init__(self, prompt: list[int], seed: int | None, group: int):
-        self.tokens, self.mask = list(prompt), [False] * len(prompt)
-        self.turn_ends: list[int] = []
-        self.rewards: list[float] = []
-        self.infos: list[dict[str, Any]] = []
-        self.seed, self.group = seed, group
-        self.terminated = self.truncated = False
-
-    def add_action(self, ids: list[int], reward: float, info: dict[str, Any]) -> None:
-        self.tokens += ids
-        self.mask += [True] * len(ids)
-        self.turn_ends.append(len(self.tokens) - 1)
-        self.rewards.append(reward)
-        self.infos.append(info)
-
-    def add_observation(self, ids: list[int]) -> None:
-        self.tokens += ids
-        self.mask += [False] * len(ids)
-
-    def build(self) -> Episode:
-        return Episode(
-            torch.tensor(self.tokens),
-            torch.tensor(self.mask),
-            self.turn_ends,
-            self.rewards,
-            self.seed,
-            self.terminated,
-            self.truncated,
-            self.group,
-            self.infos,
-        )
-
-
 def as_vector_env(envs: gym.Env | VectorEnv) -> VectorEnv:
     """A vector env as is; a single env wrapped in a one-env ``SyncVectorEnv`` (SAME_STEP)."""
     if isinstance(envs, VectorEnv):

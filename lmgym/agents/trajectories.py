@@ -86,6 +86,42 @@ class Episode:
         return self.logprobs is not None and self.ref_logprobs is not None and self.values is not None
 
 
+class EpisodeBuilder:
+    """Grows one episode's token stream turn by turn."""
+
+    def __init__(self, prompt: list[int], seed: int | None = None, group: int = 0):
+        self.tokens, self.mask = list(prompt), [False] * len(prompt)
+        self.turn_ends: list[int] = []
+        self.rewards: list[float] = []
+        self.infos: list[dict[str, Any]] = []
+        self.seed, self.group = seed, group
+        self.terminated = self.truncated = False
+
+    def add_action(self, ids: list[int], reward: float, info: dict[str, Any]) -> None:
+        self.tokens += ids
+        self.mask += [True] * len(ids)
+        self.turn_ends.append(len(self.tokens) - 1)
+        self.rewards.append(reward)
+        self.infos.append(info)
+
+    def add_observation(self, ids: list[int]) -> None:
+        self.tokens += ids
+        self.mask += [False] * len(ids)
+
+    def build(self) -> Episode:
+        return Episode(
+            torch.tensor(self.tokens),
+            torch.tensor(self.mask),
+            self.turn_ends,
+            self.rewards,
+            self.seed,
+            self.terminated,
+            self.truncated,
+            self.group,
+            self.infos,
+        )
+
+
 class Trajectories:
     """A batch of episodes: what ``collect`` returns and ``update`` consumes.
 

@@ -24,7 +24,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedModel
 
 from lmgym.agents.policy import token_logprobs
 from lmgym.agents.ppo import pad_batch
-from lmgym.agents.trajectories import Episode
+from lmgym.agents.trajectories import Episode, EpisodeBuilder
 from lmgym.tokenizers import ByteTokenizer, Tokenizer
 
 
@@ -78,25 +78,20 @@ def demonstrations(env: gym.Env, n: int, tokenizer: Tokenizer, tool_rate: float 
     rng = np.random.default_rng(seed)
     stops = tuple(env.get_wrapper_attr("stop_strings"))
     out = []
-    for i in range(n):
+    for _ in range(n):
         use_tools = rng.random() < tool_rate
         oracle = env.get_wrapper_attr("oracle") if use_tools else env.unwrapped.oracle  # type: ignore[attr-defined]
-        obs, _ = env.reset(seed=int(rng.integers(2**30)))
-        tokens, mask, ends, rewards, done = tokenizer.encode(obs), [], [], [], False
-        mask = [False] * len(tokens)
+        reset_seed = int(rng.integers(2**30))
+        obs, _ = env.reset(seed=reset_seed)
+        episode, done = EpisodeBuilder(tokenizer.encode(obs), reset_seed), False
         while not done:
             text = oracle()
             ids = tokenizer.encode(text) + ([] if text.endswith(stops) and stops else [tokenizer.eos_token_id])
-            obs, reward, terminated, truncated, _ = env.step(np.array(ids))
-            tokens += ids
-            mask += [True] * len(ids)
-            ends.append(len(tokens) - 1)
-            rewards.append(float(reward))
-            obs_ids = tokenizer.encode(obs)
-            tokens += obs_ids
-            mask += [False] * len(obs_ids)
+            obs, reward, terminated, truncated, info = env.step(np.array(ids))
+            episode.add_action(ids, float(reward), info)
+            episode.add_observation(tokenizer.encode(obs))
             done = terminated or truncated
-        out.append(Episode(torch.tensor(tokens), torch.tensor(mask), ends, rewards, seed=i))
+        out.append(episode.build())
     return out
 
 
