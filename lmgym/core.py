@@ -47,6 +47,33 @@ def check_token_ids(action: Any, vocab_size: int) -> np.ndarray:
     return ids.astype(np.int64)
 
 
+def decode_action(tokenizer: Tokenizer, action: Any) -> str:
+    """The text of an action: its token ids checked (``check_token_ids``), then decoded."""
+    return tokenizer.decode(check_token_ids(action, tokenizer.vocab_size).tolist())
+
+
+def action_length(ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequence[str], max_tokens: int) -> int | None:
+    """How many of ``ids`` make up a turn, or ``None`` if the turn has not ended yet.
+
+    A turn ends at EOS, at the token that completes a stop string (kept whole, even when the
+    stop string ends inside it), or after ``max_tokens``.
+
+    Example:
+        >>> from lmgym.tokenizers import ByteTokenizer
+        >>> tok = ByteTokenizer()
+        >>> action_length(tok.encode("1+1</calc>junk"), tok, ["</calc>"], 64)
+        10
+        >>> action_length(tok.encode("1+1</ca"), tok, ["</calc>"], 64) is None
+        True
+    """
+    for j, token in enumerate(ids[:max_tokens]):
+        if int(token) == tokenizer.eos_token_id:
+            return j + 1
+        if stop_strings and any(s in tokenizer.decode([int(i) for i in ids[: j + 1]]) for s in stop_strings):
+            return j + 1
+    return max_tokens if len(ids) >= max_tokens else None
+
+
 class LMEnv(gym.Env[str, np.ndarray]):
     """Base class of text environments whose actions are token sequences.
 
@@ -95,8 +122,7 @@ class LMEnv(gym.Env[str, np.ndarray]):
         raise NotImplementedError
 
     def step(self, action: Sequence[int] | np.ndarray) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        ids = check_token_ids(action, self.tokenizer.vocab_size)
-        text = self.tokenizer.decode(ids.tolist())
+        text = decode_action(self.tokenizer, action)
         obs, reward, terminated, truncated, info = self.step_text(text)
         self.record(text, obs)
         return obs, float(reward), bool(terminated), bool(truncated), info

@@ -7,14 +7,13 @@ from collections.abc import Sequence
 import torch
 from transformers import StoppingCriteria
 
+from lmgym.core import action_length
 from lmgym.tokenizers import Tokenizer
 
 
 def cut_action(ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequence[str], max_tokens: int) -> list[int]:
-    """The action a row of generated ids makes: up to and including the token that ends it.
-
-    A turn ends at EOS, at the token that completes a stop string (kept whole, even when the
-    stop string ends inside it), or after ``max_tokens``.
+    """The action a row of generated ids makes: up to and including the token that ends it
+    (``lmgym.core.action_length``); all of them if none does.
 
     Example:
         >>> from lmgym.tokenizers import ByteTokenizer
@@ -22,13 +21,8 @@ def cut_action(ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequence[
         >>> cut_action(tok.encode("1+1</calc>junk"), tok, ["</calc>"], 64) == tok.encode("1+1</calc>")
         True
     """
-    ids = [int(i) for i in ids[:max_tokens]]
-    for j, token in enumerate(ids):
-        if token == tokenizer.eos_token_id:
-            return ids[: j + 1]
-        if stop_strings and any(s in tokenizer.decode(ids[: j + 1]) for s in stop_strings):
-            return ids[: j + 1]
-    return ids
+    ids = [int(i) for i in ids]
+    return ids[: action_length(ids, tokenizer, stop_strings, max_tokens) or max_tokens]
 
 
 class StopOnStrings(StoppingCriteria):

@@ -6,7 +6,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from lmgym.core import check_token_ids
+from lmgym.core import decode_action
 from lmgym.tokenizers import HFTokenizer, is_hf_tokenizer
 
 MARK = "\ue000lmgym-assistant-turn\ue000"  # a private-use placeholder for the model's turn
@@ -62,7 +62,7 @@ class ChatTemplate(gym.Wrapper):
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         tokenizer = self.env.get_wrapper_attr("tokenizer")
-        text = tokenizer.decode(check_token_ids(action, tokenizer.vocab_size).tolist())
+        text = decode_action(tokenizer, action)
         obs, reward, terminated, truncated, info = self.env.step(action)
         if terminated or truncated:
             return obs, float(reward), terminated, truncated, info

@@ -8,6 +8,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from lmgym.core import decode_action
+
 
 class TokenizeObservation(gym.Wrapper):
     """Adds the observation's token ids (the env's tokenizer) to ``info["observation_ids"]``."""
@@ -43,8 +45,7 @@ class RecordTranscript(gym.Wrapper):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         if self.episode is not None:
-            tokenizer = self.env.get_wrapper_attr("tokenizer")
-            self.episode["actions"].append(tokenizer.decode([int(t) for t in action]))
+            self.episode["actions"].append(decode_action(self.env.get_wrapper_attr("tokenizer"), action))
             self.episode["observations"].append(obs)
             self.episode["rewards"].append(float(reward))
             if terminated or truncated:

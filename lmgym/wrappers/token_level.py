@@ -8,6 +8,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from lmgym.core import action_length
+
 
 class TokenLevel(gym.Env):
     """One token per step: ``Discrete(vocab_size)`` actions, the last ``context_tokens`` context
@@ -56,9 +58,7 @@ class TokenLevel(gym.Env):
         return self._obs(), info
 
     def turn_ended(self) -> bool:
-        if self.turn[-1] == self.tokenizer.eos_token_id or len(self.turn) >= self.max_turn:
-            return True
-        return bool(self.stops) and any(s in self.tokenizer.decode(self.turn) for s in self.stops)
+        return action_length(self.turn, self.tokenizer, self.stops, self.max_turn) is not None
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         token = int(action)

@@ -8,7 +8,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from lmgym.core import check_token_ids
+from lmgym.core import decode_action
 
 Tool = Callable[[str], str]
 
@@ -80,7 +80,7 @@ class ToolUse(gym.Wrapper):
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         tokenizer = self.env.get_wrapper_attr("tokenizer")
-        text = tokenizer.decode(check_token_ids(action, tokenizer.vocab_size).tolist())
+        text = decode_action(tokenizer, action)
         call = self.find_call(text)
         if call is None:
             return self.env.step(action)
