@@ -20,6 +20,21 @@ def lmgym(*args, env=None, timeout=600):
     )
 
 
+# A tiny budget: 8 envs, 8 held-out episodes, a 5-step warm start, 8 episodes per update.
+SMOKE_ARGS = (
+    "--num-envs",
+    "8",
+    "--eval-episodes",
+    "8",
+    "--warmstart-steps",
+    "5",
+    "--episodes-per-update",
+    "8",
+    "--seed",
+    "3",
+)
+
+
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("smoke")
@@ -28,20 +43,11 @@ def smoke_run(tmp_path_factory):
         "train",
         "--episodes",
         "16",
-        "--num-envs",
-        "8",
-        "--eval-episodes",
-        "8",
         "--eval-every",
         "1",
-        "--warmstart-steps",
-        "5",
-        "--episodes-per-update",
-        "8",
+        *SMOKE_ARGS,
         "--out",
         str(out),
-        "--seed",
-        "3",
         env={"LMGYM_CACHE": str(root / "cache")},
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -167,20 +173,11 @@ def test_train_resumes_from_its_last_checkpoint(smoke_run):
         "train",
         "--episodes",
         "24",
-        "--num-envs",
-        "8",
-        "--eval-episodes",
-        "8",
         "--eval-every",
         "0",
-        "--warmstart-steps",
-        "5",
-        "--episodes-per-update",
-        "8",
+        *SMOKE_ARGS,
         "--out",
         str(out),
-        "--seed",
-        "3",
         "--resume",
         str(out / "checkpoints" / "last"),
         env={"LMGYM_CACHE": str(out.parent / "cache")},

@@ -343,6 +343,7 @@ class PPOAgent:
         targets = self.compute_advantages(batch)
         fields = {
             "tokens": [e.tokens for e in batch],
+            "attention_mask": [torch.ones(e.length, dtype=torch.long) for e in batch],  # 0 where padded
             "action_mask": [e.action_mask for e in batch],
             "old_logprobs": [e.logprobs for e in batch],
             "ref_logprobs": [e.ref_logprobs for e in batch],
@@ -358,7 +359,6 @@ class PPOAgent:
                 rows = order[lo : lo + cfg.mini_batch_size]
                 device = self.accelerator.device
                 minibatch = {k: pad_batch([v[r] for r in rows], 0)[0].to(device) for k, v in fields.items()}
-                minibatch["attention_mask"] = pad_batch([fields["tokens"][r] for r in rows], 0)[1].to(device)
                 with self.accelerator.accumulate(self.policy):
                     loss, mb_stats = self.loss(minibatch)
                     self.accelerator.backward(loss)
