@@ -159,17 +159,25 @@ def _set_threads(threads: int | None) -> None:
 
 
 class _Evaluator:
-    """``on_update`` callback: a greedy evaluation on held-out seeds every ``every`` updates."""
+    """``on_update`` callback: a greedy evaluation on held-out seeds every ``every`` updates, and
+    a full one (``final_episodes``) after the last update, kept in ``final``."""
 
-    def __init__(self, envs: Any, episodes: int, every: int):
+    def __init__(self, envs: Any, episodes: int, every: int, final_episodes: int, total_episodes: int):
         self.envs, self.episodes, self.every = envs, episodes, every
+        self.final_episodes, self.total_episodes = final_episodes, total_episodes
+        self.final: tuple[dict[str, Any], Any] | None = None
 
     def on_update(self, agent: Any, metrics: dict[str, float]) -> None:
         from lmgym.agents.evaluation import evaluate
 
-        if self.every and agent.num_updates % self.every == 0:
+        if agent.num_episodes >= self.total_episodes:
+            self.final = evaluate(agent, self.envs, self.final_episodes)
+            stats = self.final[0]
+        elif self.every and agent.num_updates % self.every == 0:
             stats, _ = evaluate(agent, self.envs, self.episodes)
-            metrics.update({"eval/success": stats["success"], "eval/tool_rate": stats["tool_rate"]})
+        else:
+            return
+        metrics.update({"eval/success": stats["success"], "eval/tool_rate": stats["tool_rate"]})
 
 
 def _quiet_transformers() -> None:
@@ -213,26 +221,16 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
         logger = MetricsLogger(out, config.to_dict())
         logger.log({"eval/success": before["success"], "eval/tool_rate": before["tool_rate"]}, 0)
         logger.close()
+    evaluator = _Evaluator(eval_envs, min(100, args.eval_episodes), args.eval_every, args.eval_episodes, args.episodes)
     agent.learn(
         envs,
         total_episodes=args.episodes,
-        callbacks=[_Evaluator(eval_envs, min(100, args.eval_episodes), args.eval_every)],
+        callbacks=[evaluator],
         log_dir=out,
         checkpoint_dir=out / "checkpoints",
         resume_from=args.resume,
     )
-    after, after_batch = evaluate(agent, eval_envs, args.eval_episodes)
-    final = MetricsLogger(out)
-    last_row = final.rows[-1] if final.rows else {}
-    final.log(
-        {
-            **{k: v for k, v in last_row.items() if k != "step"},
-            "eval/success": after["success"],
-            "eval/tool_rate": after["tool_rate"],
-        },
-        agent.num_updates,
-    )
-    final.close()
+    after, after_batch = evaluator.final or evaluate(agent, eval_envs, args.eval_episodes)
     agent.save(out / "model")
     plot_learning_curve(out / "metrics.csv", out / "learning_curve.png", f"{args.env_id}: PPO ({config.estimator})")
     with open(out / "transcripts.md", "w") as f:
