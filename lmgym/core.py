@@ -19,7 +19,7 @@ from lmgym.spaces import AnyText, TokenSequence
 from lmgym.tokenizers import Tokenizer, as_tokenizer
 
 
-def check_token_ids(action: Any, vocab_size: int) -> np.ndarray:
+def check_token_ids(action: Any, vocab_size: int, max_length: int | None = None) -> np.ndarray:
     """Returns ``action`` as a 1-D int64 array, or raises ``ValueError`` saying what is wrong.
 
     Example:
@@ -29,6 +29,10 @@ def check_token_ids(action: Any, vocab_size: int) -> np.ndarray:
         Traceback (most recent call last):
         ...
         ValueError: token id 12 at position 1 is outside the vocabulary (vocab_size=10)
+        >>> check_token_ids([1, 2, 3], vocab_size=10, max_length=2)
+        Traceback (most recent call last):
+        ...
+        ValueError: an action of 3 tokens is longer than max_action_tokens=2
     """
     if isinstance(action, str):
         raise ValueError("actions are token ids, not text: encode it with env.tokenizer first")
@@ -39,6 +43,8 @@ def check_token_ids(action: Any, vocab_size: int) -> np.ndarray:
         raise ValueError(f"an action is a 1-D sequence of token ids, got shape {ids.shape}")
     if not np.issubdtype(ids.dtype, np.integer):
         raise ValueError(f"token ids must be integers, got dtype {ids.dtype}")
+    if max_length is not None and ids.size > max_length:
+        raise ValueError(f"an action of {ids.size} tokens is longer than max_action_tokens={max_length}")
     bad = np.flatnonzero((ids < 0) | (ids >= vocab_size))
     if bad.size:
         raise ValueError(
@@ -47,9 +53,9 @@ def check_token_ids(action: Any, vocab_size: int) -> np.ndarray:
     return ids.astype(np.int64)
 
 
-def decode_action(tokenizer: Tokenizer, action: Any) -> str:
+def decode_action(tokenizer: Tokenizer, action: Any, max_length: int | None = None) -> str:
     """The text of an action: its token ids checked (``check_token_ids``), then decoded."""
-    return tokenizer.decode(check_token_ids(action, tokenizer.vocab_size).tolist())
+    return tokenizer.decode(check_token_ids(action, tokenizer.vocab_size, max_length).tolist())
 
 
 def action_length(ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequence[str], max_tokens: int) -> int | None:
@@ -110,6 +116,8 @@ class LMEnv(gym.Env[str, np.ndarray]):
         self.action_space = TokenSequence(self.tokenizer.vocab_size, self.max_action_tokens)
         self.observation_space = AnyText(self.max_observation_length)
         self.transcript: list[str] = []
+        self.turns = 0
+        self.ended: str | None = "has not started"  # why the episode cannot take a step, if it cannot
 
     def __init_subclass__(cls, **kwargs: Any):
         # Record each prompt in the transcript, whatever the subclass's reset does.
@@ -122,14 +130,27 @@ class LMEnv(gym.Env[str, np.ndarray]):
         raise NotImplementedError
 
     def step(self, action: Sequence[int] | np.ndarray) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        text = decode_action(self.tokenizer, action)
+        self.check_can_step()
+        text = decode_action(self.tokenizer, action, self.max_action_tokens)
         obs, reward, terminated, truncated, info = self.step_text(text)
-        self.record(text, obs)
+        self.record(text, obs, "terminated" if terminated else "truncated" if truncated else None)
         return obs, float(reward), bool(terminated), bool(truncated), info
 
-    def record(self, action_text: str, observation: str) -> None:
-        """Appends one turn to the transcript (wrappers that answer a turn call this too)."""
+    def check_can_step(self) -> None:
+        """Raises ``gymnasium.error.ResetNeeded`` before the first ``reset`` and after the episode
+        ended (terminated, truncated, or at the registered ``max_episode_steps``)."""
+        if self.ended:
+            raise gym.error.ResetNeeded(f"step() called but the episode {self.ended}: call reset() first")
+
+    def record(self, action_text: str, observation: str, ended: str | None = None) -> None:
+        """Appends one turn to the transcript (wrappers that answer a turn call this too) and
+        notes when the episode ended: ``ended`` names how, and the registered time limit counts."""
         self.transcript += [action_text, observation]
+        self.turns += 1
+        limit = self.spec.max_episode_steps if self.spec is not None else None
+        if ended is None and limit is not None and self.turns >= limit:
+            ended = f"truncated (max_episode_steps={limit})"
+        self.ended = ended and f"is over ({ended})"
         if self.render_mode == "human":
             print(action_text + observation, end="", flush=True)
 
@@ -151,7 +172,7 @@ def _recording_reset(reset: Any) -> Any:
         prompt, info = reset(self, seed=seed, options=options)
         if self.transcript != [prompt] and self.render_mode == "human":  # a subclass's super().reset printed it
             print(prompt, end="", flush=True)
-        self.transcript = [prompt]
+        self.transcript, self.turns, self.ended = [prompt], 0, None
         return prompt, info
 
     return recording_reset

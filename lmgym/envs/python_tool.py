@@ -51,7 +51,7 @@ class PythonTaskEnv(LMEnv):
     wraps it in ``ToolUse`` with the sandboxed Python tool (``<python>code</python>``).
 
     ## Action Space
-    ``TokenSequence(vocab_size, max_action_tokens=96)``.
+    ``TokenSequence(vocab_size, max_action_tokens=128)``.
 
     ## Observation Space
     ``AnyText``: the question, then feedback or tool results.
@@ -67,7 +67,7 @@ class PythonTaskEnv(LMEnv):
     Terminated by an answer; truncated by the ``TimeLimit`` of the registered id (4 turns).
 
     ## Arguments
-    ``gym.make("lmgym/PythonTool-v0", max_n=5000, timeout=10.0, tokenizer=None)``
+    ``gym.make("lmgym/PythonTool-v0", max_n=5000, timeout=10.0, isolation="auto", tokenizer=None)``
 
     ## Version History
     - v0: first version.
@@ -75,7 +75,7 @@ class PythonTaskEnv(LMEnv):
 
     stop_strings = ("</answer>",)
     special_tokens = ("<answer>", "</answer>")
-    max_action_tokens = 96
+    max_action_tokens = 128  # the oracle's longest call is 98 byte tokens
 
     def __init__(
         self,
@@ -109,6 +109,7 @@ class PythonTaskEnv(LMEnv):
         return "<python>" + TASKS[self.kind][1].format(a=self.a, b=self.b, e=self.a // 10) + "</python>"
 
 
-def make_python_tool_env(timeout: float = 10.0, **kwargs: Any) -> ToolUse:
-    """``lmgym/PythonTool-v0``: ``PythonTaskEnv`` with the sandboxed Python tool."""
-    return ToolUse(PythonTaskEnv(**kwargs), [PythonTool(timeout=timeout)])
+def make_python_tool_env(timeout: float = 10.0, isolation: str = "auto", **kwargs: Any) -> ToolUse:
+    """``lmgym/PythonTool-v0``: ``PythonTaskEnv`` with the sandboxed Python tool (``isolation``:
+    ``"auto"``, ``"bwrap"`` or ``"rlimits"``, see ``lmgym.tools.python``)."""
+    return ToolUse(PythonTaskEnv(**kwargs), [PythonTool(timeout=timeout, isolation=isolation)])

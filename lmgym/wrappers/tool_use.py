@@ -22,6 +22,10 @@ class ToolUse(gym.Wrapper):
     refuses the input or the call is not closed), reward 0, and the inner env does not see that
     turn. The first call in an action is the one answered.
 
+    A tool is a callable ``str -> str``. A tool that also has ``run(input)`` returning a result
+    with ``text`` and ``info`` (``PythonTool``) has that info reported in ``info["tool_info"]``.
+    A tool that raises is re-raised as ``RuntimeError`` naming the tool, its input and the prompt.
+
     ``stop_strings`` add the tools' closing tags, ``special_tokens`` the tools' tags and the
     result tags, and ``oracle()`` calls the tool first when the inner env says the task needs it
     (its ``oracle_tool_call()`` returns the call), then asks the inner env's oracle.
@@ -84,16 +88,35 @@ class ToolUse(gym.Wrapper):
         call = self.find_call(text)
         if call is None:
             return self.env.step(action)
+        if hasattr(self.env.unwrapped, "check_can_step"):  # the checks LMEnv.step makes
+            self.env.unwrapped.check_can_step()
+            decode_action(tokenizer, action, self.env.get_wrapper_attr("max_action_tokens"))
         name, tool_input = call
+        info: dict[str, Any] = {"tool": name, "tool_input": tool_input}
         if tool_input is None:
-            output = f"error: <{name}> is not closed with </{name}>"
+            info["tool_output"] = f"error: <{name}> is not closed with </{name}>"
         else:
-            output = self.tools[name](tool_input)
+            info.update(self.call_tool(name, tool_input))
         self.tool_calls += 1
-        obs = f"<result>{output}</result>"
+        obs = f"<result>{info['tool_output']}</result>"
         if hasattr(self.env.unwrapped, "record"):
             self.env.unwrapped.record(text, obs)
-        return obs, 0.0, False, False, {"tool": name, "tool_input": tool_input, "tool_output": output}
+        return obs, 0.0, False, False, info
+
+    def call_tool(self, name: str, tool_input: str) -> dict[str, Any]:
+        """Runs a tool: ``{"tool_output": text}``, plus ``"tool_info"`` for a tool with ``run``."""
+        tool = self.tools[name]
+        try:
+            if callable(getattr(tool, "run", None)):
+                result = tool.run(tool_input)  # type: ignore[attr-defined]
+                return {"tool_output": str(result.text), "tool_info": dict(result.info)}
+            return {"tool_output": str(tool(tool_input))}
+        except Exception as e:
+            transcript = self.env.unwrapped.transcript if hasattr(self.env.unwrapped, "transcript") else [""]
+            raise RuntimeError(
+                f"tool {name!r} raised {type(e).__name__}: {e}\n  input: {tool_input!r:.300}\n"
+                f"  prompt: {transcript[0]!r:.300}"
+            ) from e
 
     def oracle(self) -> str:
         try:
