@@ -29,6 +29,15 @@ def check_env_id(env_id: str) -> str:
     raise UsageError(f"unknown env id {env_id!r}{hint}")
 
 
+def make_env(env_id: str, **kwargs: Any) -> gym.Env:
+    """``gym.make``, with an unknown id or a bad argument turned into one ``UsageError`` line."""
+    check_env_id(env_id)
+    try:
+        return gym.make(env_id, **kwargs)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"bad argument for {env_id}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+
+
 def summary_line(env_id: str) -> str:
     """The first line of the env's docstring (the env class behind its entry point)."""
     env = gym.make(env_id)
@@ -49,7 +58,7 @@ def cmd_list(args: argparse.Namespace) -> None:
 
 
 def cmd_play(args: argparse.Namespace, read: Any = input) -> None:
-    env = gym.make(check_env_id(args.env_id), **parse_kwargs(args.kwargs))
+    env = make_env(args.env_id, **parse_kwargs(args.kwargs))
     tokenizer = env.get_wrapper_attr("tokenizer")
     seed = args.seed
     while True:

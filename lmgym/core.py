@@ -116,7 +116,6 @@ class LMEnv(gym.Env[str, np.ndarray]):
         self.action_space = TokenSequence(self.tokenizer.vocab_size, self.max_action_tokens)
         self.observation_space = AnyText(self.max_observation_length)
         self.transcript: list[str] = []
-        self.turns = 0
         self.ended: str | None = "has not started"  # why the episode cannot take a step, if it cannot
 
     def __init_subclass__(cls, **kwargs: Any):
@@ -137,19 +136,16 @@ class LMEnv(gym.Env[str, np.ndarray]):
         return obs, float(reward), bool(terminated), bool(truncated), info
 
     def check_can_step(self) -> None:
-        """Raises ``gymnasium.error.ResetNeeded`` before the first ``reset`` and after the episode
-        ended (terminated, truncated, or at the registered ``max_episode_steps``)."""
+        """Raises ``gymnasium.error.ResetNeeded`` before the first ``reset`` and after the env
+        returned ``terminated`` or ``truncated``. (A ``TimeLimit`` truncation is the wrapper's: the
+        raw env does not see it, as in Gymnasium's own envs.)"""
         if self.ended:
             raise gym.error.ResetNeeded(f"step() called but the episode {self.ended}: call reset() first")
 
     def record(self, action_text: str, observation: str, ended: str | None = None) -> None:
-        """Appends one turn to the transcript (wrappers that answer a turn call this too) and
-        notes when the episode ended: ``ended`` names how, and the registered time limit counts."""
+        """Appends one turn to the transcript (wrappers that answer a turn call this too); ``ended``
+        says how the episode ended with it, if it did."""
         self.transcript += [action_text, observation]
-        self.turns += 1
-        limit = self.spec.max_episode_steps if self.spec is not None else None
-        if ended is None and limit is not None and self.turns >= limit:
-            ended = f"truncated (max_episode_steps={limit})"
         self.ended = ended and f"is over ({ended})"
         if self.render_mode == "human":
             print(action_text + observation, end="", flush=True)
@@ -172,7 +168,7 @@ def _recording_reset(reset: Any) -> Any:
         prompt, info = reset(self, seed=seed, options=options)
         if self.transcript != [prompt] and self.render_mode == "human":  # a subclass's super().reset printed it
             print(prompt, end="", flush=True)
-        self.transcript, self.turns, self.ended = [prompt], 0, None
+        self.transcript, self.ended = [prompt], None
         return prompt, info
 
     return recording_reset

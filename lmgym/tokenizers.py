@@ -7,10 +7,14 @@ and ``pad_token_id``. ``as_tokenizer`` turns whatever a user passes as ``tokeniz
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+import socket
+import urllib.parse
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -155,6 +159,47 @@ def is_hf_tokenizer(obj: Any) -> bool:
     return any(c.__name__ == "PreTrainedTokenizerBase" for c in type(obj).__mro__)
 
 
+@functools.cache
+def hub_reachable(timeout: float = 2.0) -> bool:
+    """Whether the Hugging Face hub's host takes a connection (``False`` under ``HF_HUB_OFFLINE``)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    url = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((url.hostname, url.port or (80 if url.scheme == "http" else 443)), timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def hub_lookup(name_or_path: str | os.PathLike) -> Iterator[bool]:
+    """Yields whether a ``from_pretrained`` lookup of ``name_or_path`` runs offline: when it is not
+    a local path and the hub is unreachable, ``huggingface_hub``'s offline mode (``HF_HUB_OFFLINE``)
+    is on for the lookup, so a model that is not in the cache fails at once instead of retrying."""
+    if os.path.exists(name_or_path) or hub_reachable():
+        yield False
+        return
+    from huggingface_hub import constants
+
+    saved, constants.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE, True
+    try:
+        yield True
+    finally:
+        constants.HF_HUB_OFFLINE = saved
+
+
+def load_error(what: str, name_or_path: str | os.PathLike, error: Exception, offline: bool) -> ValueError:
+    """One clear line for a model or tokenizer that could not be loaded."""
+    why = (
+        "it is not a local path, the Hugging Face hub is unreachable (or HF_HUB_OFFLINE is set) "
+        "and the local cache has no copy"
+        if offline
+        else str(error).strip().splitlines()[0]
+    )
+    return ValueError(f"could not load {what} from {str(name_or_path)!r}: {why}")
+
+
 def load_tokenizer(name_or_path: str | os.PathLike) -> Tokenizer:
     """A tokenizer saved by lmgym (``ByteTokenizer``) or any HF tokenizer name or local path."""
     if os.path.isfile(os.path.join(name_or_path, BYTE_TOKENIZER_FILE)):
@@ -163,10 +208,11 @@ def load_tokenizer(name_or_path: str | os.PathLike) -> Tokenizer:
         return ByteTokenizer()
     from transformers import AutoTokenizer
 
-    try:
-        return HFTokenizer(AutoTokenizer.from_pretrained(name_or_path))
-    except (OSError, ValueError) as e:
-        raise ValueError(f"could not load a tokenizer from {str(name_or_path)!r}: {e}") from e
+    with hub_lookup(name_or_path) as offline:
+        try:
+            return HFTokenizer(AutoTokenizer.from_pretrained(name_or_path))
+        except (OSError, ValueError) as e:
+            raise load_error("a tokenizer", name_or_path, e, offline) from e
 
 
 def as_tokenizer(tokenizer: Any = None) -> Tokenizer:

@@ -92,9 +92,9 @@ def _field_help(field: dataclasses.Field) -> str:
 
 
 def _check_inputs(args: argparse.Namespace, usage_error: type[Exception]) -> None:
-    from lmgym.cli import check_env_id
+    from lmgym.cli import make_env, parse_kwargs
 
-    check_env_id(args.env_id)
+    make_env(args.env_id, **parse_kwargs(args.env_arg)).close()  # a bad --env-arg fails here, in one line
     if args.episodes < 1:
         raise usage_error(f"--episodes must be at least 1, got {args.episodes}")
     if args.num_envs < 1:

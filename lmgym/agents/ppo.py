@@ -38,7 +38,7 @@ from lmgym.agents.kl import KLController
 from lmgym.agents.metrics import MetricsLogger
 from lmgym.agents.policy import PolicyWithValue, state_values, token_entropy, token_logprobs
 from lmgym.agents.trajectories import Episode, EpisodeBuilder, Trajectories
-from lmgym.tokenizers import Tokenizer, as_tokenizer, load_tokenizer
+from lmgym.tokenizers import Tokenizer, as_tokenizer, hub_lookup, load_error, load_tokenizer
 
 EVAL_SEED_OFFSET = 2**30
 """Training episodes draw reset seeds below this; held-out evaluation seeds start here."""
@@ -210,7 +210,11 @@ class PPOAgent:
                 "tokenizer=agent.tokenizer"
             )
         space = vec.single_action_space
-        max_tokens = _attr(vec, "max_action_tokens", getattr(space, "max_length", 64))
+        max_tokens = int(_attr(vec, "max_action_tokens", getattr(space, "max_length", 64)))
+        if self.config.max_new_tokens is not None and self.config.max_new_tokens > max_tokens:
+            raise ValueError(
+                f"max_new_tokens={self.config.max_new_tokens} is more than the env's max_action_tokens={max_tokens}"
+            )
         return {
             "stop_strings": tuple(_attr(vec, "stop_strings", ())),
             "max_new_tokens": int(self.config.max_new_tokens or max_tokens),
@@ -650,10 +654,11 @@ def pad_batch(rows: Sequence[torch.Tensor], pad_value: int | float) -> tuple[tor
 
 def load_model(name_or_path: str | os.PathLike) -> PreTrainedModel:
     """``AutoModelForCausalLM.from_pretrained``, with a clear error when nothing is there."""
-    try:
-        return AutoModelForCausalLM.from_pretrained(name_or_path)
-    except OSError as e:
-        raise ValueError(f"could not load a causal LM from {str(name_or_path)!r}: {e}") from e
+    with hub_lookup(name_or_path) as offline:
+        try:
+            return AutoModelForCausalLM.from_pretrained(name_or_path)
+        except OSError as e:
+            raise load_error("a causal LM", name_or_path, e, offline) from e
 
 
 def check_model_vocab(model: PreTrainedModel, tokenizer: Tokenizer) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -66,13 +68,23 @@ class TaskSource:
 
 
 def call_reward(reward_fn: RewardFn, prompt: str, completion: Any, info: dict[str, Any]) -> float:
-    """Calls the user's reward function; an exception is re-raised with the inputs that broke it."""
+    """Calls the user's reward function. An exception is re-raised with the inputs that broke it;
+    a result that is not a finite number raises ``ValueError`` naming them too."""
+    where = f"\n  prompt: {prompt!r:.300}\n  completion: {completion!r:.300}"
     try:
-        return float(reward_fn(prompt, completion, info))
+        reward = reward_fn(prompt, completion, info)
     except Exception as e:
-        raise RuntimeError(
-            f"reward_fn raised {type(e).__name__}: {e}\n  prompt: {prompt!r:.300}\n  completion: {completion!r:.300}"
-        ) from e
+        raise RuntimeError(f"reward_fn raised {type(e).__name__}: {e}{where}") from e
+    if not isinstance(reward, numbers.Real) and hasattr(reward, "item"):
+        try:
+            reward = reward.item()  # a one-element array or tensor
+        except (ValueError, RuntimeError):
+            pass
+    if not isinstance(reward, numbers.Real):
+        raise ValueError(f"reward_fn returned {type(reward).__name__} {reward!r:.100}, not a number{where}")
+    if not math.isfinite(reward):
+        raise ValueError(f"reward_fn returned {reward}, not a finite number{where}")
+    return float(reward)
 
 
 class PromptEnv(LMEnv):
@@ -210,9 +222,19 @@ class PipelineEnv(PromptEnv):
         self.outputs.append(text)
         call = len(self.outputs)
         if call <= len(self.transforms):
-            return str(self.transforms[call - 1](text)), 0.0, False, False, {"call": call}
+            return self.transform(call - 1, text), 0.0, False, False, {"call": call}
         reward = call_reward(self.reward_fn, self.prompt, list(self.outputs), dict(self.fields))
         return "", reward, True, False, {"call": call, "outputs": list(self.outputs)}
+
+    def transform(self, index: int, text: str) -> str:
+        """``transforms[index](text)``; an exception is re-raised naming the index, prompt and input."""
+        try:
+            return str(self.transforms[index](text))
+        except Exception as e:
+            raise RuntimeError(
+                f"transforms[{index}] raised {type(e).__name__}: {e}\n  prompt: {self.prompt!r:.300}\n"
+                f"  input: {text!r:.300}"
+            ) from e
 
     def oracle(self) -> str:
         """The task's ``oracle`` field: a list with the good output of each call."""

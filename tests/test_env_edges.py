@@ -1,0 +1,148 @@
+"""The env edges: every misuse gets a clear error, never a silent result or a hang."""
+
+import math
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import lmgym
+from lmgym.envs.echo import EchoEnv
+from lmgym.envs.prompt import PipelineEnv, PromptEnv
+from lmgym.tokenizers import hub_reachable
+from lmgym.wrappers import ToolUse
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def encode(env, text):
+    return env.get_wrapper_attr("tokenizer").encode(text)
+
+
+@pytest.mark.parametrize("make", [lambda: EchoEnv(), lambda: gym.make("lmgym/Echo-v0").unwrapped])
+def test_a_step_after_termination_raises_on_the_raw_env(make):
+    env = make()
+    with pytest.raises(gym.error.ResetNeeded, match="has not started"):
+        env.step(encode(env, "x"))
+    env.reset(seed=0)
+    _, _, terminated, _, _ = env.step(encode(env, "x"))
+    assert terminated
+    with pytest.raises(gym.error.ResetNeeded, match=r"is over \(terminated\): call reset\(\) first"):
+        env.step(encode(env, "x"))
+    env.reset(seed=1)
+    env.step(encode(env, "x"))  # a reset makes it playable again
+
+
+def test_a_tool_call_after_termination_raises():
+    env = gym.make("lmgym/Calculator-v0")
+    env.reset(seed=0)
+    *_, terminated, _, _ = env.step(encode(env, "<answer>1</answer>"))
+    assert terminated
+    with pytest.raises(gym.error.ResetNeeded, match=r"is over \(terminated\)"):
+        env.step(encode(env, "<calc>1+1</calc>"))
+
+
+def test_an_overlong_action_names_its_length_and_the_bound():
+    env = gym.make("lmgym/Calculator-v0")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"action of 1000000 tokens is longer than max_action_tokens=32"):
+        env.step(np.full(1_000_000, 49))
+    call = encode(env, "<calc>" + "1+" * 20 + "1</calc>")
+    with pytest.raises(ValueError, match=rf"action of {len(call)} tokens"):  # through ToolUse's tool branch too
+        env.step(call)
+    env.step(encode(env, "<calc>1+1</calc>"))  # the bound itself is fine
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, "1.0", None, [1.0]])
+def test_a_reward_that_is_not_a_finite_number_raises_with_its_inputs(value):
+    env = PromptEnv(prompts=["What is 2+2?"], reward_fn=lambda p, c, i: value)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"not a (finite )?number(.|\n)*What is 2\+2\?(.|\n)*completion: '4'"):
+        env.step(encode(env, "4"))
+
+
+def test_numpy_and_tensor_rewards_are_numbers():
+    import torch
+
+    for value in (np.float32(0.5), np.array(0.5), torch.tensor(0.5), True):
+        env = PromptEnv(prompts=["q"], reward_fn=lambda p, c, i, v=value: v)
+        env.reset(seed=0)
+        assert env.step(encode(env, "a"))[1] == float(value)
+
+
+def test_a_transform_that_raises_names_its_index_prompt_and_input():
+    env = PipelineEnv(prompts=["Name a number:"], transforms=[lambda out: str(1 / int(out))])
+    env.reset(seed=0)
+    with pytest.raises(RuntimeError, match=r"transforms\[0\] raised ZeroDivisionError(.|\n)*Name a number(.|\n)*'0'"):
+        env.step(encode(env, "0"))
+
+
+def test_a_tool_that_raises_names_the_tool_input_and_prompt():
+    def broken(text):
+        raise KeyError(text)
+
+    env = ToolUse(EchoEnv(max_action_tokens=32), {"broken": broken})
+    prompt, _ = env.reset(seed=0)
+    with pytest.raises(RuntimeError, match=r"tool 'broken' raised KeyError(.|\n)*input: 'boom'"):
+        env.step(encode(env, "<broken>boom</broken>"))
+
+
+def test_python_tool_reports_its_isolation_in_info():
+    env = gym.make("lmgym/PythonTool-v0", timeout=5)
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(encode(env, "<python>print(6*7)</python>"))
+    assert info["tool_output"] == "42"
+    assert info["tool_info"]["isolation"] in ("bwrap", "rlimits") and info["tool_info"]["returncode"] == 0
+
+
+def cli(*args, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "lmgym.cli", *args], capture_output=True, text=True, timeout=120, env=env
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["play", "lmgym/Calculator-v0", "max_digits=0"],
+        ["play", "lmgym/Calculator-v0", "no_such_arg=1"],
+        ["train", "--env-arg", "max_digits=0", "--out", "/nonexistent/never-written"],
+    ],
+)
+def test_a_bad_env_argument_is_one_line_and_exit_2(args):
+    result = cli(*args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bad argument for lmgym/Calculator-v0" in lines[0], result.stderr
+
+
+def test_an_unreachable_model_name_fails_at_once(monkeypatch):
+    import os
+
+    from lmgym.agents import PPOAgent
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub_reachable.cache_clear()
+    try:
+        start = time.perf_counter()
+        with pytest.raises(ValueError, match="not a local path, the Hugging Face hub is unreachable"):
+            PPOAgent("no-such-org/no-such-model")
+        assert time.perf_counter() - start < 10
+    finally:
+        hub_reachable.cache_clear()
+    result = cli("train", "--model", "no-such-model-xyz", env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "could not load a causal LM from 'no-such-model-xyz'" in result.stderr
+
+
+def test_the_agent_refuses_a_turn_budget_over_the_envs_bound():
+    from lmgym.agents import PPOAgent, PPOConfig
+    from lmgym.agents.warmstart import tiny_gpt2
+
+    tokenizer = lmgym.ByteTokenizer()
+    agent = PPOAgent(tiny_gpt2(tokenizer, n_layer=1, n_embd=16), tokenizer, config=PPOConfig(max_new_tokens=100))
+    with pytest.raises(ValueError, match="max_new_tokens=100 is more than the env's max_action_tokens=32"):
+        agent.collect(gym.make("lmgym/Calculator-v0"), num_episodes=1)
