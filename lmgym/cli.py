@@ -1,4 +1,4 @@
-"""The ``lmgym`` command: ``list``, ``play``, ``train`` and ``eval``."""
+"""The ``lmgym`` command: ``list``, ``play``, ``view``, ``train`` and ``eval``."""
 
 from __future__ import annotations
 
@@ -81,6 +81,21 @@ def cmd_play(args: argparse.Namespace, read: Any = input) -> None:
             return
 
 
+def cmd_view(args: argparse.Namespace) -> None:
+    from lmgym.report import build_report, serve
+
+    try:
+        path = build_report(args.run_dir, args.out)
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from e
+    print(f"wrote {path} (open it in a browser)")
+    if args.serve:
+        try:
+            serve(path, args.port)
+        except OSError as e:
+            raise UsageError(f"cannot serve on 127.0.0.1:{args.port}: {e.strerror or e}") from e
+
+
 def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:
     """``["max_digits=2", "operators=+-"]`` -> ``{"max_digits": 2, "operators": "+-"}``."""
     import ast
@@ -111,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", action="store_true", help="start a new episode after each one")
     p.add_argument("kwargs", nargs="*", metavar="KEY=VALUE", help="gym.make arguments")
     p.set_defaults(func=cmd_play)
+
+    p = sub.add_parser("view", help="write a run's HTML report (learning curve, config, episodes token by token)")
+    p.add_argument("run_dir", help="a run directory (lmgym train --out, or learn's log_dir)")
+    p.add_argument("--out", default=None, help="where to write the report (default: RUN_DIR/report.html)")
+    p.add_argument("--serve", action="store_true", help="serve it on 127.0.0.1 after writing it")
+    p.add_argument("--port", type=int, default=8000, help="port for --serve (default: 8000; 0 picks a free one)")
+    p.set_defaults(func=cmd_view)
 
     from lmgym.train import add_train_commands
 

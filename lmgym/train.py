@@ -262,6 +262,7 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
         )
     )
     print(f"wall time {wall:.0f} s; {agent.num_episodes} episodes; outputs in {out}/")
+    print(f"see what training did, token by token: lmgym view {out}")
 
 
 def evaluate_command(args: argparse.Namespace, usage_error: type[Exception]) -> None:

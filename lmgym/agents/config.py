@@ -84,6 +84,12 @@ class PPOConfig:
     """accelerate's mixed precision: ``"no"``, ``"fp16"`` or ``"bf16"``."""
     checkpoint_every: int = 0
     """``learn`` saves a checkpoint every this many updates (0: only at the end)."""
+    record_episodes: int = 8
+    """Episodes ``learn`` keeps in ``LOG_DIR/episodes.jsonl`` for ``lmgym view`` at each recorded
+    update: this many training episodes and this many greedy ones on fixed held-out seeds (0: off)."""
+    record_every: int | None = None
+    """Record every this many updates, besides before the first and after the last (``None``:
+    about ten recorded updates per run)."""
 
     def __post_init__(self) -> None:
         if self.estimator not in ESTIMATORS:
@@ -103,6 +109,8 @@ class PPOConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.record_episodes < 0:
+            raise ValueError(f"record_episodes must be >= 0, got {self.record_episodes}")
 
     @property
     def sampling_kwargs(self) -> dict[str, Any]:

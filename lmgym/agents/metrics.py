@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ class MetricsLogger:
         self.dir = Path(log_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.dir / "metrics.csv"
+        if config:  # for lmgym view
+            (self.dir / "config.json").write_text(json.dumps(config, indent=2, default=str))
         self.rows: list[dict[str, Any]] = []
         if self.csv_path.exists():  # a resumed run appends to its history
             with open(self.csv_path, newline="") as f:

@@ -37,6 +37,7 @@ from lmgym.agents.generation import StopOnStrings, cut_action
 from lmgym.agents.kl import KLController
 from lmgym.agents.metrics import MetricsLogger
 from lmgym.agents.policy import PolicyWithValue, state_values, token_entropy, token_logprobs
+from lmgym.agents.recording import EpisodeRecorder
 from lmgym.agents.trajectories import Episode, EpisodeBuilder, Trajectories
 from lmgym.tokenizers import Tokenizer, as_tokenizer, hub_lookup, load_error, load_tokenizer
 
@@ -193,7 +194,7 @@ class PPOAgent:
             episodes += self.run_episodes(vec, wave_seeds, contract, k, first_group)
         if score:
             self.score(episodes)
-        return Trajectories(episodes)
+        return Trajectories(episodes, self.tokenizer)
 
     def next_seeds(self, n: int) -> list[int]:
         """Fresh training seeds (below ``EVAL_SEED_OFFSET``), reproducible from ``config.seed``."""
@@ -345,6 +346,8 @@ class PPOAgent:
         cfg, start = self.config, time.perf_counter()
         self.score(batch)
         targets = self.compute_advantages(batch)
+        for e, adv in zip(batch, targets["advantages"]):
+            e.advantages = adv  # kept for the viewer (lmgym view)
         fields = {
             "tokens": [e.tokens for e in batch],
             "attention_mask": [torch.ones(e.length, dtype=torch.long) for e in batch],  # 0 where padded
@@ -463,7 +466,7 @@ class PPOAgent:
             action_mask = torch.cat([torch.zeros(len(q), dtype=torch.bool), m])
             last = int(action_mask.nonzero().max())
             episodes.append(Episode(torch.cat([q, r]), action_mask, [last], [float(rewards[i])], group=i))
-        return self.update(Trajectories(episodes))
+        return self.update(Trajectories(episodes, self.tokenizer))
 
     # --------------------------------------------------------------------------------- learn
     def learn(
@@ -493,6 +496,9 @@ class PPOAgent:
         if resume_from is not None:
             self.load_training_state(resume_from)
         logger = MetricsLogger(log_dir, self.config.to_dict()) if log_dir and self.accelerator.is_main_process else None
+        recorder = self.make_recorder(envs, log_dir, total_episodes)
+        if recorder and self.num_updates == 0:
+            recorder.record(self, envs, None, 0)  # before training: the held-out episodes
         bar = tqdm(
             total=total_episodes,
             initial=min(self.num_episodes, total_episodes),
@@ -516,6 +522,8 @@ class PPOAgent:
             stop = _fire(callbacks, "on_update", self, metrics) is False  # a callback may add metrics
             if logger:
                 logger.log(metrics, self.num_updates)
+            if recorder and recorder.due(self.num_updates, last=stop or self.num_episodes >= total_episodes):
+                recorder.record(self, envs, batch, self.num_updates)
             bar.update(len(batch))
             bar.set_postfix(
                 reward=f"{metrics['env/return']:.3f}",
@@ -533,6 +541,18 @@ class PPOAgent:
         if logger:
             logger.close()
         return self
+
+    def make_recorder(
+        self, envs: gym.Env | VectorEnv, log_dir: str | os.PathLike | None, total_episodes: int
+    ) -> EpisodeRecorder | None:
+        """The ``EpisodeRecorder`` that keeps episodes for ``lmgym view`` in ``log_dir`` (``None``
+        without a log dir or with ``record_episodes=0``); about ten recorded updates per run."""
+        cfg = self.config
+        if not log_dir or not cfg.record_episodes:
+            return None
+        updates = -(-total_episodes // cfg.episodes_per_update)
+        every = cfg.record_every or max(1, updates // 10)
+        return EpisodeRecorder(log_dir, cfg.record_episodes, every, env_id_of(envs), self.accelerator.is_main_process)
 
     # ---------------------------------------------------------------------- save and load
     def save(self, path: str | os.PathLike, training_state: bool = False) -> None:
@@ -611,6 +631,17 @@ def as_vector_env(envs: gym.Env | VectorEnv) -> VectorEnv:
             envs._lmgym_vector = vec  # type: ignore[attr-defined]
         return vec
     raise TypeError(f"expected a gymnasium Env or VectorEnv, got {type(envs).__name__}")
+
+
+def env_id_of(envs: gym.Env | VectorEnv) -> str | None:
+    """The registered id of an env or vector env, if it has one."""
+    spec = getattr(envs, "spec", None)
+    if spec is None and isinstance(envs, VectorEnv):
+        try:
+            spec = envs.get_attr("spec")[0]  # type: ignore[attr-defined]
+        except AttributeError:
+            spec = None
+    return getattr(spec, "id", None)
 
 
 _MISSING = object()

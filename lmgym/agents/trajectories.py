@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
+
+from lmgym.tokenizers import Tokenizer
 
 
 @dataclass
@@ -28,6 +32,7 @@ class Episode:
         infos: the env's info dict of each turn.
         logprobs / ref_logprobs / values: (T,) filled by ``PPOAgent.score``.
         bootstrap_value: V of the state after the last token (used when truncated).
+        advantages: (T,) what ``PPOAgent.update`` trained each token with (0 off actions).
     """
 
     tokens: torch.Tensor
@@ -43,6 +48,7 @@ class Episode:
     ref_logprobs: torch.Tensor | None = None
     values: torch.Tensor | None = None
     bootstrap_value: float = 0.0
+    advantages: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         self.tokens = torch.as_tensor(self.tokens, dtype=torch.long)
@@ -129,8 +135,9 @@ class Trajectories:
     custom loop; ``update`` recomputes advantages from the rewards it is given.
     """
 
-    def __init__(self, episodes: list[Episode]):
+    def __init__(self, episodes: list[Episode], tokenizer: Tokenizer | None = None):
         self.episodes = list(episodes)
+        self.tokenizer = tokenizer  # set by collect; to_html needs it to show the text
 
     def __len__(self) -> int:
         return len(self.episodes)
@@ -142,10 +149,29 @@ class Trajectories:
         return self.episodes[i]
 
     def __add__(self, other: Trajectories) -> Trajectories:
-        return Trajectories(self.episodes + other.episodes)
+        return Trajectories(self.episodes + other.episodes, self.tokenizer or other.tokenizer)
 
     def filter(self, keep: Callable[[Episode], bool]) -> Trajectories:
-        return Trajectories([e for e in self.episodes if keep(e)])
+        return Trajectories([e for e in self.episodes if keep(e)], self.tokenizer)
+
+    def to_html(
+        self,
+        path: str | os.PathLike,
+        tokenizer: Tokenizer | None = None,
+        title: str = "lmgym episodes",
+        update: int = 0,
+    ) -> Path:
+        """Writes these episodes as a self-contained HTML page (the ``lmgym view`` episode
+        viewer): each model token coloured by its advantage once ``update`` has seen it, with its
+        log-prob, value and KL on hover. ``tokenizer`` defaults to the one ``collect`` attached."""
+        from lmgym.agents.recording import episode_record
+        from lmgym.report import report_data, write_html
+
+        tokenizer = tokenizer or self.tokenizer
+        if tokenizer is None:
+            raise ValueError("to_html needs a tokenizer: pass tokenizer= (this batch was not made by collect)")
+        records = [episode_record(e, tokenizer, update, "batch") for e in self.episodes]
+        return write_html(path, report_data(records, title=title))
 
     @property
     def returns(self) -> list[float]:

@@ -24,3 +24,5 @@ checksum = sum(float(p.detach().double().sum()) for p in agent.model.parameters(
 prompts = ",".join(str(e.seed) for e in batch)
 with open(f"{sys.argv[1]}/rank{rank}.txt", "w") as f:
     f.write(f"{agent.accelerator.num_processes} {changed} {checksum!r} {prompts}\n")
+agent.accelerator.wait_for_everyone()
+torch.distributed.destroy_process_group()  # gloo threads left running at exit can abort a rank

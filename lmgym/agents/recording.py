@@ -1,0 +1,155 @@
+"""Episodes kept for ``lmgym view``: per-token log-probs, values, advantages, KL and ratios.
+
+``learn`` keeps a bounded number of episodes at several points of training (before the first
+update, every ``record_every`` updates, after the last) in ``LOG_DIR/episodes.jsonl``: training
+episodes as sampled, with what the update did to them, and greedy episodes on the same held-out
+seeds each time, to compare before and after. One compact JSON object per episode
+(``episode_record``); ``lmgym.report`` turns the file into an HTML report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lmgym.agents.policy import token_logprobs
+from lmgym.agents.trajectories import Episode
+from lmgym.tokenizers import Tokenizer
+
+if TYPE_CHECKING:
+    from lmgym.agents.ppo import PPOAgent  # ppo imports this module
+
+EPISODES_FILE = "episodes.jsonl"
+
+
+def token_pieces(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+    """The text each token adds, so that the pieces join into the decoded text (a tokenizer
+    that decodes one token differently in context, e.g. a SentencePiece space, stays exact).
+
+    Example:
+        >>> from lmgym.tokenizers import ByteTokenizer
+        >>> token_pieces(ByteTokenizer(["<a>"]), ByteTokenizer(["<a>"]).encode("hi<a>"))
+        ['h', 'i', '<a>']
+    """
+    pieces, before = [], ""
+    for i in range(len(ids)):
+        text = tokenizer.decode(list(ids[: i + 1]))
+        pieces.append(text[len(before) :] if text.startswith(before) else tokenizer.decode([ids[i]]))
+        before = text
+    return pieces
+
+
+def _on_actions(x: torch.Tensor | None, mask: torch.Tensor, digits: int = 4) -> list[float | None] | None:
+    """Values on the action tokens only, in order, rounded (JSON stays small and finite)."""
+    if x is None:
+        return None
+    return [round(v, digits) if math.isfinite(v) else None for v in x[mask].tolist()]
+
+
+def episode_record(
+    episode: Episode,
+    tokenizer: Tokenizer,
+    update: int,
+    kind: str,
+    env_id: str | None = None,
+    new_logprobs: torch.Tensor | None = None,
+) -> dict[str, Any]:
+    """One episode as the viewer reads it.
+
+    Per token: ``text`` (its piece) and ``mask`` (1 where the model wrote it). Per action token,
+    in order (lists as long as the number of action tokens, or ``None`` when unknown):
+    ``logprob`` (at sampling), ``value``, ``adv`` (the advantage it was trained with), ``kl``
+    (log-prob minus reference log-prob, k1) and ``ratio`` (new over old probability after the
+    update).
+    """
+    mask = episode.action_mask
+    kl = None
+    if episode.logprobs is not None and episode.ref_logprobs is not None:
+        kl = episode.logprobs - episode.ref_logprobs
+    ratio = None
+    if new_logprobs is not None and episode.logprobs is not None:
+        ratio = (new_logprobs - episode.logprobs).exp()
+    return {
+        "update": update,
+        "kind": kind,
+        "env": env_id,
+        "seed": episode.seed,
+        "group": episode.group,
+        "return": episode.return_,
+        "success": episode.success,
+        "terminated": episode.terminated,
+        "truncated": episode.truncated,
+        "tool_calls": episode.tool_calls,
+        "turn_ends": list(episode.turn_ends),
+        "rewards": [float(r) for r in episode.rewards],
+        "text": token_pieces(tokenizer, episode.tokens.tolist()),
+        "mask": [int(m) for m in mask],
+        "logprob": _on_actions(episode.logprobs, mask),
+        "value": _on_actions(episode.values, mask),
+        "adv": _on_actions(episode.advantages, mask),
+        "kl": _on_actions(kl, mask),
+        "ratio": _on_actions(ratio, mask),
+    }
+
+
+def append_records(path: str | os.PathLike, records: Sequence[dict[str, Any]]) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+
+@torch.no_grad()
+def current_logprobs(agent: PPOAgent, episodes: Sequence[Episode]) -> list[torch.Tensor]:
+    """Log-probs (T,) of each episode's tokens under the agent's policy as it is now."""
+    from lmgym.agents.ppo import pad_batch
+
+    tokens, attention = pad_batch([e.tokens for e in episodes], agent.tokenizer.pad_token_id)
+    device = agent.accelerator.device
+    logits, _ = agent.policy(tokens.to(device), attention.to(device))
+    logprobs = token_logprobs(logits, tokens.to(device), agent.config.temperature).cpu()  # (B, T)
+    return [logprobs[i, : e.length] for i, e in enumerate(episodes)]
+
+
+class EpisodeRecorder:
+    """What ``learn`` keeps for the viewer: at each recorded update, ``n`` training episodes of
+    that update and ``n`` greedy episodes on fixed held-out seeds.
+
+    Args:
+        log_dir: where ``episodes.jsonl`` goes.
+        n: episodes of each kind per recorded update (``PPOConfig.record_episodes``).
+        every: record every this many updates, besides before the first and after the last.
+        env_id: the env's registered id, shown in the report.
+        write: whether this process writes the file (every process plays the episodes, so that
+            the forward passes of a distributed policy stay in step; the main process writes).
+    """
+
+    def __init__(self, log_dir: str | os.PathLike, n: int, every: int, env_id: str | None = None, write: bool = True):
+        self.path = Path(log_dir) / EPISODES_FILE
+        self.n, self.every, self.env_id, self.write = n, max(1, every), env_id, write
+
+    def due(self, update: int, last: bool) -> bool:
+        return last or update <= 1 or update % self.every == 0
+
+    def record(self, agent: PPOAgent, envs: Any, batch: Sequence[Episode] | None, update: int) -> None:
+        """Appends this update's episodes: ``batch`` (just trained on) and the held-out ones."""
+        from lmgym.agents.ppo import EVAL_SEED_OFFSET
+
+        records = []
+        if batch:
+            kept = list(batch)[: self.n]
+            new = current_logprobs(agent, kept)
+            records += [episode_record(e, agent.tokenizer, update, "train", self.env_id, n) for e, n in zip(kept, new)]
+        seeds = [EVAL_SEED_OFFSET + i for i in range(self.n)]
+        probe = agent.collect(envs, self.n, group_size=1, seeds=seeds, generation_kwargs={"do_sample": False})
+        if agent.config.estimator == "gae":  # group estimators need groups; greedy episodes have none
+            for e, adv in zip(probe, agent.compute_advantages(probe)["advantages"]):
+                e.advantages = adv
+        records += [episode_record(e, agent.tokenizer, update, "held-out", self.env_id) for e in probe]
+        if self.write:
+            append_records(self.path, records)
