@@ -58,11 +58,36 @@ def decode_action(tokenizer: Tokenizer, action: Any, max_length: int | None = No
     return tokenizer.decode(check_token_ids(action, tokenizer.vocab_size, max_length).tolist())
 
 
+def ends_turn(ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequence[str]) -> bool:
+    """Whether the last of ``ids`` (a turn so far) ends the turn: it is EOS, or it completes a
+    stop string (which may end inside it). Only a window of tokens at the end is decoded: the
+    ones that can hold a stop string (4 bytes a character at most), so a step costs O(1).
+
+    Example:
+        >>> from lmgym.tokenizers import ByteTokenizer
+        >>> tok = ByteTokenizer()
+        >>> ends_turn(tok.encode("1+1</calc>"), tok, ["</calc>"]), ends_turn(tok.encode("1+1</ca"), tok, ["</calc>"])
+        (True, False)
+    """
+    last = int(ids[-1])
+    if last == tokenizer.eos_token_id:
+        return True
+    if not stop_strings:
+        return False
+    piece = tokenizer.decode([last])
+    if piece and "\ufffd" not in piece and not any(s[-1] in piece for s in stop_strings):
+        return False  # the last token cannot complete any stop string
+    window = 4 * max(map(len, stop_strings)) + 2
+    text = tokenizer.decode([int(i) for i in ids[-window:]])
+    return any(s in text for s in stop_strings)
+
+
 def action_length(ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequence[str], max_tokens: int) -> int | None:
     """How many of ``ids`` make up a turn, or ``None`` if the turn has not ended yet.
 
     A turn ends at EOS, at the token that completes a stop string (kept whole, even when the
-    stop string ends inside it), or after ``max_tokens``.
+    stop string ends inside it), or after ``max_tokens``: the rule ``ends_turn`` applies token by
+    token, as the agent's engines do while they generate.
 
     Example:
         >>> from lmgym.tokenizers import ByteTokenizer
@@ -72,10 +97,8 @@ def action_length(ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequen
         >>> action_length(tok.encode("1+1</ca"), tok, ["</calc>"], 64) is None
         True
     """
-    for j, token in enumerate(ids[:max_tokens]):
-        if int(token) == tokenizer.eos_token_id:
-            return j + 1
-        if stop_strings and any(s in tokenizer.decode([int(i) for i in ids[: j + 1]]) for s in stop_strings):
+    for j in range(min(len(ids), max_tokens)):
+        if ends_turn(ids[: j + 1], tokenizer, stop_strings):
             return j + 1
     return max_tokens if len(ids) >= max_tokens else None
 

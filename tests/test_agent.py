@@ -326,7 +326,7 @@ def test_peft_reference_is_the_base_with_adapters_off():
     agent = PPOAgent(model, tokenizer=ByteTokenizer(), config=PPOConfig(learning_rate=1e-2))
     assert agent.ref_model is None  # no copy: the reference is the base model
     batch = agent.collect(gym.make("lmgym/Echo-v0"), 4)
-    assert all(torch.equal(e.logprobs, e.ref_logprobs) for e in batch)  # LoRA starts as a no-op
+    assert all(torch.allclose(e.logprobs, e.ref_logprobs, atol=1e-5) for e in batch)  # LoRA starts as a no-op
     query = torch.tensor(ByteTokenizer().encode("Echo: a\n"))
     agent.step([query, query], [torch.tensor([97]), torch.tensor([98])], [1.0, 0.0])
     trained = [n for n, p in agent.policy.named_parameters() if p.requires_grad]

@@ -37,13 +37,13 @@ def gae(
         ([0.5, 0.5], [1.0, 1.0])
     """
     next_values = torch.cat([values[1:], values.new_tensor([bootstrap_value])])
-    deltas = rewards + gamma * next_values - values  # (N,)
-    advantages = torch.zeros_like(deltas)
-    running = 0.0
+    deltas = (rewards + gamma * next_values - values).tolist()  # (N,): a Python loop over floats is fast
+    advantages, running = [0.0] * len(deltas), 0.0
     for t in reversed(range(len(deltas))):
         running = deltas[t] + gamma * gae_lambda * running
         advantages[t] = running
-    return advantages, advantages + values
+    adv = torch.tensor(advantages, dtype=values.dtype)
+    return adv, adv + values
 
 
 def _groups(group_ids: Sequence[int]) -> dict[int, list[int]]:

@@ -80,6 +80,17 @@ class PPOConfig:
     """Longest episode context; ``None`` uses the model's ``max_position_embeddings``. An
     episode that would outgrow it is ended as truncated."""
 
+    engine: str = "hf"
+    """Rollout engine (``lmgym.agents.engines``): ``"hf"``, the trained model in a KV-cached decode
+    loop, or ``"vllm"``, vLLM colocated on the GPU (``pip install lmgym[vllm]``)."""
+    reuse_kv_cache: bool = True
+    """Keep the HF engine's KV cache across the turns of an episode, so a turn prefills only the
+    env's new tokens (``False``: prefill the whole history every turn; same tokens, slower)."""
+    tis_cap: float = 2.0
+    """Truncated importance sampling for an engine whose log-probs differ from the trainer's
+    (vLLM): each token's policy loss is weighted by min(p_trainer / p_engine, tis_cap)
+    (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training")."""
+
     mixed_precision: str = "no"
     """accelerate's mixed precision: ``"no"``, ``"fp16"`` or ``"bf16"``."""
     checkpoint_every: int = 0
@@ -109,6 +120,8 @@ class PPOConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.engine not in ("hf", "vllm"):
+            raise ValueError(f"engine must be 'hf' or 'vllm', got {self.engine!r}")
         if self.record_episodes < 0:
             raise ValueError(f"record_episodes must be >= 0, got {self.record_episodes}")
 

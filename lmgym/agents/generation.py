@@ -1,4 +1,4 @@
-"""Turn endings: EOS, the env's stop strings (also when completed mid-token), or a length."""
+"""Turn endings for ``model.generate``: EOS, the env's stop strings (also when completed mid-token), or a length."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from transformers import StoppingCriteria
 
-from lmgym.core import action_length
+from lmgym.core import action_length, ends_turn
 from lmgym.tokenizers import Tokenizer
 
 
@@ -26,14 +26,12 @@ def cut_action(ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequence[
 
 
 class StopOnStrings(StoppingCriteria):
-    """Marks each row done once its generated text holds a stop string (rows end separately)."""
+    """Marks a row done once its newest token ends the turn (``lmgym.core.ends_turn``); HF's
+    ``generate`` keeps rows that are done, done."""
 
     def __init__(self, tokenizer: Tokenizer, stop_strings: Sequence[str], prompt_length: int):
         self.tokenizer, self.stop_strings, self.prompt_length = tokenizer, list(stop_strings), prompt_length
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor | None, **kwargs: object) -> torch.Tensor:
-        done = [
-            any(s in self.tokenizer.decode(row[self.prompt_length :].tolist()) for s in self.stop_strings)
-            for row in input_ids
-        ]
+        done = [ends_turn(row[self.prompt_length :].tolist(), self.tokenizer, self.stop_strings) for row in input_ids]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)

@@ -19,7 +19,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +33,10 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from lmgym.agents.advantages import gae, grpo_advantages, rloo_advantages, whiten
 from lmgym.agents.config import PPOConfig
-from lmgym.agents.generation import StopOnStrings, cut_action
+from lmgym.agents.engines import Engine, Generation, HFEngine, make_engine
 from lmgym.agents.kl import KLController
 from lmgym.agents.metrics import MetricsLogger
-from lmgym.agents.policy import PolicyWithValue, state_values, token_entropy, token_logprobs
+from lmgym.agents.policy import PolicyWithValue, shifted_logprobs, state_values, token_entropy, token_logprobs
 from lmgym.agents.recording import EpisodeRecorder
 from lmgym.agents.trajectories import Episode, EpisodeBuilder, Trajectories
 from lmgym.tokenizers import Tokenizer, as_tokenizer, hub_lookup, load_error, load_tokenizer
@@ -102,6 +102,11 @@ class PPOAgent:
         policy = PolicyWithValue(model)
         optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=self.config.learning_rate)
         self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
+        self.engine: Engine = (
+            HFEngine(self, self.config.reuse_kv_cache)
+            if self.config.engine == "hf"
+            else make_engine(self.config.engine, self)
+        )
         self.kl_controller = KLController(
             self.config.kl_coef, self.config.adaptive_kl, self.config.kl_target, self.config.kl_horizon
         )
@@ -121,38 +126,24 @@ class PPOAgent:
         return int(limit or 2048)
 
     # ------------------------------------------------------------------------------ generate
-    @torch.no_grad()
+    def generate_turns(
+        self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, **generation_kwargs: Any
+    ) -> list[Generation]:
+        """One turn for each context through the rollout engine (``config.engine``): the sampled
+        ids, each turn ended by EOS, a stop string or ``max_new_tokens``, with the sampler's
+        log-probs (and values, from the HF engine). ``config.generation_kwargs`` apply, and
+        ``generation_kwargs`` override them for this call."""
+        if type(self).generate is not PPOAgent.generate:  # a subclass's own generate wins
+            return [
+                Generation(ids) for ids in self.generate(contexts, stop_strings, max_new_tokens, **generation_kwargs)
+            ]
+        return self.engine.generate(contexts, stop_strings, max_new_tokens, **generation_kwargs)
+
     def generate(
         self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, **generation_kwargs: Any
     ) -> list[list[int]]:
-        """One turn for each context: the sampled action ids, each ended by EOS, a stop string
-        or ``max_new_tokens``. Batched with left padding; ``config.generation_kwargs`` apply,
-        and ``generation_kwargs`` override them for this call."""
-        tok = self.tokenizer
-        width = max(map(len, contexts))
-        input_ids = torch.full((len(contexts), width), tok.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros_like(input_ids)
-        for i, ctx in enumerate(contexts):
-            input_ids[i, width - len(ctx) :] = torch.tensor(ctx)
-            attention_mask[i, width - len(ctx) :] = 1
-        kwargs = {**self.config.sampling_kwargs, **generation_kwargs}
-        if not kwargs.get("do_sample", True):  # greedy: sampling settings would only warn
-            kwargs = {k: v for k, v in kwargs.items() if k not in ("temperature", "top_k", "top_p")}
-        criteria = [StopOnStrings(tok, stop_strings, width)] if stop_strings else []
-        model = self.model
-        was_training = model.training
-        model.eval()
-        out = model.generate(
-            input_ids=input_ids.to(self.accelerator.device),
-            attention_mask=attention_mask.to(self.accelerator.device),
-            max_new_tokens=max_new_tokens,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-            stopping_criteria=criteria,
-            **kwargs,
-        )
-        model.train(was_training)
-        return [cut_action(row[width:].tolist(), tok, stop_strings, max_new_tokens) for row in out.cpu()]
+        """One turn for each context: the sampled action ids (see ``generate_turns``)."""
+        return [g.tokens for g in self.engine.generate(contexts, stop_strings, max_new_tokens, **generation_kwargs)]
 
     # ------------------------------------------------------------------------------- collect
     def collect(
@@ -245,16 +236,27 @@ class PPOAgent:
                     f"a prompt of {len(b.tokens)} tokens plus a turn of {budget} does not fit the "
                     f"model's context of {limit} tokens (seed {b.seed})"
                 )
+        self.engine.reset()  # a new wave: no cached keys/values carry over
         while live:
             contexts = [builders[i].tokens for i in live]
-            actions = self.generate(contexts, contract["stop_strings"], budget, **contract.get("generation_kwargs", {}))
+            turns = self.generate_turns(
+                contexts, contract["stop_strings"], budget, **contract.get("generation_kwargs", {})
+            )
             batch = [idle] * n
-            for i, action in zip(live, actions):
-                batch[i] = np.array(action or [self.tokenizer.eos_token_id], dtype=np.int64)
+            for i, turn in zip(live, turns):
+                batch[i] = np.array(turn.tokens or [self.tokenizer.eos_token_id], dtype=np.int64)
             obs, rewards, terminated, truncated, infos = vec.step(tuple(batch))
-            for i in list(live):
+            for i, turn in zip(list(live), turns):
                 b = builders[i]
-                b.add_action(batch[i].tolist(), float(rewards[i]), info_at(infos, i))
+                exact = self.engine.exact and bool(turn.tokens)
+                b.add_action(
+                    batch[i].tolist(),
+                    float(rewards[i]),
+                    info_at(infos, i),
+                    logprobs=turn.logprobs if exact else None,
+                    values=turn.values if exact else None,
+                    sampler_logprobs=None if exact or not turn.tokens else turn.logprobs,
+                )
                 if terminated[i] or truncated[i]:
                     b.terminated, b.truncated = bool(terminated[i]), bool(truncated[i] and not terminated[i])
                     if b.truncated:  # the bootstrap state includes the last observation, if it fits
@@ -274,23 +276,40 @@ class PPOAgent:
     # --------------------------------------------------------------------------------- score
     @torch.no_grad()
     def score(self, episodes: Iterable[Episode]) -> None:
-        """Fills each unscored episode's old log-probs, reference log-probs and values."""
+        """Fills what each unscored episode lacks: old log-probs and values (the HF engine's
+        decode loop already gave them), the value after a truncated episode's last token, and
+        reference log-probs (skipped when the KL term is off: ``kl_coef=0``, not adaptive)."""
         todo = [e for e in episodes if not e.scored]
         temperature = self.config.temperature
-        for start in range(0, len(todo), self.config.forward_batch_size):
-            chunk = todo[start : start + self.config.forward_batch_size]
-            tokens, attention = pad_batch([e.tokens for e in chunk], self.tokenizer.pad_token_id)
-            tokens, attention = tokens.to(self.accelerator.device), attention.to(self.accelerator.device)
+        for chunk in self._chunks([e for e in todo if e.logprobs is None or e.values is None or e.truncated]):
+            tokens, attention = self._padded(chunk)
             logits, values = self.policy(tokens, attention)
             logprobs = token_logprobs(logits, tokens, temperature)  # (B, T)
-            ref_logprobs = token_logprobs(self.ref_logits(tokens, attention), tokens, temperature)
             state_v = state_values(values)  # (B, T)
             for row, e in enumerate(chunk):
                 T, mask = e.length, e.action_mask
-                e.logprobs = torch.where(mask, logprobs[row, :T].cpu(), 0.0)
-                e.ref_logprobs = torch.where(mask, ref_logprobs[row, :T].cpu(), 0.0)
-                e.values = torch.where(mask, state_v[row, :T].float().cpu(), 0.0)
+                if e.logprobs is None or e.values is None:
+                    e.logprobs = torch.where(mask, logprobs[row, :T].cpu(), 0.0)
+                    e.values = torch.where(mask, state_v[row, :T].float().cpu(), 0.0)
                 e.bootstrap_value = float(values[row, T - 1])
+        kl_off = self.kl_controller.value == 0 and not self.config.adaptive_kl
+        for chunk in self._chunks([e for e in todo if e.ref_logprobs is None]):
+            if kl_off:  # as TRL with beta=0: no reference forward, KL reads 0
+                for e in chunk:
+                    e.ref_logprobs = e.logprobs
+                continue
+            tokens, attention = self._padded(chunk)
+            ref_logprobs = token_logprobs(self.ref_logits(tokens, attention), tokens, temperature)  # (B, T)
+            for row, e in enumerate(chunk):
+                e.ref_logprobs = torch.where(e.action_mask, ref_logprobs[row, : e.length].cpu(), 0.0)
+
+    def _chunks(self, episodes: list[Episode]) -> Iterator[list[Episode]]:
+        size = self.config.forward_batch_size
+        return (episodes[i : i + size] for i in range(0, len(episodes), size))
+
+    def _padded(self, episodes: list[Episode]) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens, attention = pad_batch([e.tokens for e in episodes], self.tokenizer.pad_token_id)
+        return tokens.to(self.accelerator.device), attention.to(self.accelerator.device)
 
     def ref_logits(self, tokens: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
         """Logits of the reference model (the PEFT base with adapters off, for a PEFT model)."""
@@ -358,14 +377,19 @@ class PPOAgent:
             "advantages": targets["advantages"],
             "returns": targets["returns"],
         }
+        if any(e.sampler_logprobs is not None for e in batch):  # an inexact engine: truncated IS
+            fields["is_weights"] = [importance_weights(e, cfg.tis_cap) for e in batch]
+        device = self.accelerator.device
+        padded = {k: pad_batch(v, 0)[0].to(device) for k, v in fields.items()}  # (N, T) each, padded once
+        lengths = torch.tensor([e.length for e in batch])
         stats: dict[str, list[float]] = {}
         self.policy.train()
         for _ in range(cfg.n_epochs):
-            order = torch.randperm(len(batch)).tolist()
+            order = torch.randperm(len(batch))
             for lo in range(0, len(batch), cfg.mini_batch_size):
                 rows = order[lo : lo + cfg.mini_batch_size]
-                device = self.accelerator.device
-                minibatch = {k: pad_batch([v[r] for r in rows], 0)[0].to(device) for k, v in fields.items()}
+                width = int(lengths[rows].max())
+                minibatch = {k: v[rows.to(device), :width] for k, v in padded.items()}
                 with self.accelerator.accumulate(self.policy):
                     loss, mb_stats = self.loss(minibatch)
                     self.accelerator.backward(loss)
@@ -388,13 +412,15 @@ class PPOAgent:
             }
         )
         self.num_updates += 1
+        self.engine.sync_weights()
         return metrics
 
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         """The clipped PPO loss on a minibatch (B, T); token-level means over action tokens."""
         cfg, mask = self.config, mb["action_mask"]
         logits, values = self.policy(mb["tokens"], mb["attention_mask"])
-        logprobs = token_logprobs(logits, mb["tokens"], cfg.temperature)  # (B, T)
+        logp_all = shifted_logprobs(logits, cfg.temperature)  # (B, T-1, V), once for log-probs and entropy
+        logprobs = token_logprobs(logp_all, mb["tokens"], log_softmaxed=True)  # (B, T)
         values = state_values(values)  # (B, T)
         n = mask.sum().clamp(min=1)
 
@@ -404,14 +430,17 @@ class PPOAgent:
         log_ratio = torch.where(mask, logprobs - mb["old_logprobs"], 0.0)
         ratio = log_ratio.exp()
         adv = mb["advantages"]
-        pg_loss = masked_mean(torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_range, 1 + cfg.clip_range)))
+        pg_losses = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_range, 1 + cfg.clip_range))  # (B, T)
+        if "is_weights" in mb:
+            pg_losses = pg_losses * mb["is_weights"]
+        pg_loss = masked_mean(pg_losses)
         v_loss_unclipped = (values - mb["returns"]) ** 2
         if cfg.clip_range_vf is not None:
             v_clipped = mb["old_values"] + (values - mb["old_values"]).clamp(-cfg.clip_range_vf, cfg.clip_range_vf)
             v_loss = 0.5 * masked_mean(torch.max(v_loss_unclipped, (v_clipped - mb["returns"]) ** 2))
         else:
             v_loss = 0.5 * masked_mean(v_loss_unclipped)
-        entropy = masked_mean(token_entropy(logits, cfg.temperature))
+        entropy = masked_mean(token_entropy(logp_all, log_softmaxed=True))
         vf_coef = cfg.vf_coef if cfg.estimator == "gae" else 0.0  # critic-free: the head idles
         loss = pg_loss + vf_coef * v_loss - cfg.ent_coef * entropy
         stats = {}
@@ -419,7 +448,7 @@ class PPOAgent:
             log_ref_ratio = torch.where(mask, mb["ref_logprobs"] - logprobs, 0.0)
             kl_k3 = masked_mean(log_ref_ratio.exp() - log_ref_ratio - 1)
             loss = loss + self.kl_controller.value * kl_k3
-            stats["loss/kl"] = float(kl_k3)
+            stats["loss/kl"] = float(kl_k3.detach())
         with torch.no_grad():
             stats.update(
                 {
@@ -670,6 +699,15 @@ def info_at(infos: dict[str, Any], i: int) -> dict[str, Any]:
 
 def _plain(x: Any) -> Any:
     return x.item() if isinstance(x, np.generic) else x
+
+
+def importance_weights(episode: Episode, cap: float) -> torch.Tensor:
+    """Truncated importance weights (T,): min(p_trainer / p_engine, cap) on action tokens, 1
+    elsewhere, for episodes an inexact engine sampled (1 everywhere for the others)."""
+    if episode.sampler_logprobs is None or episode.logprobs is None:
+        return torch.ones(episode.length)
+    ratio = (episode.logprobs - episode.sampler_logprobs).exp().clamp(max=cap)
+    return torch.where(episode.action_mask, ratio, 1.0)
 
 
 def pad_batch(rows: Sequence[torch.Tensor], pad_value: int | float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -33,6 +33,7 @@ class Episode:
         logprobs / ref_logprobs / values: (T,) filled by ``PPOAgent.score``.
         bootstrap_value: V of the state after the last token (used when truncated).
         advantages: (T,) what ``PPOAgent.update`` trained each token with (0 off actions).
+        sampler_logprobs: (T,) an inexact engine's log-probs (vLLM), for importance correction.
     """
 
     tokens: torch.Tensor
@@ -49,6 +50,7 @@ class Episode:
     values: torch.Tensor | None = None
     bootstrap_value: float = 0.0
     advantages: torch.Tensor | None = None
+    sampler_logprobs: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         self.tokens = torch.as_tensor(self.tokens, dtype=torch.long)
@@ -93,7 +95,8 @@ class Episode:
 
 
 class EpisodeBuilder:
-    """Grows one episode's token stream turn by turn."""
+    """Grows one episode's token stream turn by turn, with what the engine reported of each
+    action token (log-probs, values) when it reported them for every turn."""
 
     def __init__(self, prompt: list[int], seed: int | None = None, group: int = 0):
         self.tokens, self.mask = list(prompt), [False] * len(prompt)
@@ -102,19 +105,34 @@ class EpisodeBuilder:
         self.infos: list[dict[str, Any]] = []
         self.seed, self.group = seed, group
         self.terminated = self.truncated = False
+        zeros = [0.0] * len(prompt)
+        self.per_token: dict[str, list[float] | None] = {
+            "logprobs": list(zeros),
+            "values": list(zeros),
+            "sampler_logprobs": list(zeros),
+        }
 
-    def add_action(self, ids: list[int], reward: float, info: dict[str, Any]) -> None:
+    def add_action(self, ids: list[int], reward: float, info: dict[str, Any], **per_token: list[float] | None) -> None:
+        """One turn: its ids, reward and info; ``logprobs``, ``values`` or ``sampler_logprobs``
+        (one per id) when the engine gave them."""
         self.tokens += ids
         self.mask += [True] * len(ids)
         self.turn_ends.append(len(self.tokens) - 1)
         self.rewards.append(reward)
         self.infos.append(info)
+        for key, kept in self.per_token.items():
+            given = per_token.get(key)
+            self.per_token[key] = None if kept is None or given is None or len(given) != len(ids) else kept + given
 
     def add_observation(self, ids: list[int]) -> None:
         self.tokens += ids
         self.mask += [False] * len(ids)
+        for kept in self.per_token.values():
+            if kept is not None:
+                kept += [0.0] * len(ids)
 
     def build(self) -> Episode:
+        known = {k: None if v is None else torch.tensor(v) for k, v in self.per_token.items()}
         return Episode(
             torch.tensor(self.tokens),
             torch.tensor(self.mask),
@@ -125,6 +143,9 @@ class EpisodeBuilder:
             self.truncated,
             self.group,
             self.infos,
+            logprobs=known["logprobs"],
+            values=known["values"],
+            sampler_logprobs=known["sampler_logprobs"],
         )
 
 

@@ -1,0 +1,339 @@
+"""Rollout engines: what generates a turn for a batch of token contexts.
+
+The interface is small (``Engine``): ``generate(contexts, stop_strings, max_new_tokens,
+**generation_kwargs)`` returns, per context, the sampled token ids of one turn and the sampler's
+log-prob of each; ``sync_weights()`` pushes the policy's weights after an update; ``reset()``
+drops whatever the engine cached. ``exact`` says whether the engine's log-probs are the
+trainer's own (then they serve as the old log-probs and no importance correction is needed).
+
+- ``HFEngine`` (the default, ``PPOConfig(engine="hf")``): the trained model itself, in a lean
+  decode loop with a KV cache that is kept across the turns of an episode: when a context
+  extends one it generated before, only the new tokens (the env's observation) are prefilled,
+  so an episode costs O(total tokens), not O(turns x history). It also returns the policy's
+  log-probs and values, so ``collect`` needs no second forward pass for them. Generation kwargs
+  other than ``do_sample``, ``temperature``, ``top_k`` and ``top_p`` go to ``model.generate``.
+- ``VLLMEngine`` (``PPOConfig(engine="vllm")``, ``pip install lmgym[vllm]``): vLLM colocated on
+  the trainer's GPU; weights are pushed after each update; its log-probs differ slightly from
+  the trainer's, so ``update`` applies truncated importance sampling (``PPOConfig.tis_cap``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from lmgym.agents.generation import StopOnStrings, cut_action
+from lmgym.core import action_length, ends_turn
+
+if TYPE_CHECKING:
+    from lmgym.agents.ppo import PPOAgent
+
+LEAN_KWARGS = frozenset({"do_sample", "temperature", "top_k", "top_p"})
+"""Generation kwargs the HF engine's own decode loop handles; any other goes to ``model.generate``."""
+
+
+@dataclass
+class Generation:
+    """One turn an engine generated for one context."""
+
+    tokens: list[int]
+    logprobs: list[float] | None = None
+    """The sampler's log-prob of each token, at the sampling temperature (before top-k/top-p)."""
+    values: list[float] | None = None
+    """V of the state before each token (engines that run the policy's value head)."""
+
+
+class Engine(Protocol):
+    """What ``PPOAgent`` needs of a rollout engine."""
+
+    exact: bool
+
+    def generate(
+        self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, **generation_kwargs: Any
+    ) -> list[Generation]: ...
+
+    def sync_weights(self) -> None: ...
+
+    def reset(self) -> None: ...
+
+
+def make_engine(name: str, agent: PPOAgent) -> Engine:
+    """The engine ``PPOConfig.engine`` names."""
+    if name == "hf":
+        return HFEngine(agent)
+    if name == "vllm":
+        return VLLMEngine(agent)
+    raise ValueError(f"unknown engine {name!r}: choose 'hf' or 'vllm'")
+
+
+class HFEngine:
+    """The trained model as its own rollout engine, with a KV cache kept across turns.
+
+    Args:
+        agent: the ``PPOAgent`` whose policy (LM and value head) generates.
+        reuse_cache: keep the KV cache across calls (``PPOConfig.reuse_kv_cache``); ``False``
+            prefills every context from scratch (the reference path, same results).
+    """
+
+    exact = True
+
+    def __init__(self, agent: PPOAgent, reuse_cache: bool = True):
+        self.agent, self.reuse_cache = agent, reuse_cache
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache: Any = None
+        self.cached: list[list[int]] = []  # per cache row: the tokens whose keys/values it holds
+        self.mask = torch.zeros(0, 0, dtype=torch.long)  # (B, W) 1 where a cache slot is a real token
+
+    def sync_weights(self) -> None:
+        self.reset()  # the same weights generate; only cached keys/values are stale
+
+    def generate(
+        self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, **generation_kwargs: Any
+    ) -> list[Generation]:
+        kwargs = {**self.agent.config.sampling_kwargs, **generation_kwargs}
+        if set(kwargs) - LEAN_KWARGS:
+            self.reset()
+            return [Generation(t) for t in hf_generate(self.agent, contexts, stop_strings, max_new_tokens, kwargs)]
+        return self.decode(contexts, stop_strings, max_new_tokens, kwargs)
+
+    @torch.no_grad()
+    def decode(
+        self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, kwargs: dict[str, Any]
+    ) -> list[Generation]:
+        policy = self.agent.accelerator.unwrap_model(self.agent.policy)
+        model, tok = policy.model, self.agent.tokenizer
+        was_training = model.training
+        model.eval()
+        logits, hidden = self.prefill(model, contexts)  # (B, V), (B, H)
+        sample = kwargs.get("do_sample", True)
+        temperature = float(kwargs.get("temperature", 1.0)) if sample else 1.0
+        out = [Generation([], [], []) for _ in contexts]
+        done = [False] * len(contexts)
+        for step in range(max_new_tokens):
+            logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # (B, V)
+            if sample:
+                probs = filtered(logits.float() / temperature, kwargs.get("top_k"), kwargs.get("top_p")).softmax(-1)
+                tokens = torch.multinomial(probs, 1).squeeze(-1)  # (B,)
+            else:
+                tokens = logits.argmax(-1)
+            picked = logp.gather(-1, tokens[:, None]).squeeze(-1).tolist()
+            values = policy.value_head(hidden.float()).squeeze(-1).tolist()  # V before each token
+            feed = []
+            for i, t in enumerate(tokens.tolist()):
+                if done[i]:
+                    feed.append(None)
+                    continue
+                g = out[i]
+                g.tokens.append(t)
+                g.logprobs.append(picked[i])  # type: ignore[union-attr]
+                g.values.append(values[i])  # type: ignore[union-attr]
+                done[i] = ends_turn(g.tokens, tok, stop_strings)
+                # a finished row's last token is not fed: the next turn prefills it with the observation
+                feed.append(None if done[i] else t)
+            if all(done) or step == max_new_tokens - 1:
+                break
+            logits, hidden = self.step(model, feed)
+        model.train(was_training)
+        return out
+
+    def prefill(self, model: Any, contexts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feeds what the cache lacks of each context; returns the last position's logits and
+        hidden state (B, V), (B, H). Continues the cache when every context extends a cached row."""
+        rows = self.match(contexts) if self.reuse_cache else None
+        if rows is None:
+            self.reset()
+            suffixes = contexts
+        else:
+            if rows != list(range(len(self.cached))):
+                self.cache.batch_select_indices(torch.tensor(rows, device=self.agent.accelerator.device))
+                self.mask = self.mask[rows]
+            self.cached = [self.cached[r] for r in rows]
+            suffixes = [ctx[len(self.cached[i]) :] for i, ctx in enumerate(contexts)]
+        width = max(map(len, suffixes))
+        pad = self.agent.tokenizer.pad_token_id
+        segment = torch.full((len(suffixes), width), pad, dtype=torch.long)
+        seg_mask = torch.zeros_like(segment)
+        for i, s in enumerate(suffixes):  # left-padded within the segment
+            segment[i, width - len(s) :] = torch.tensor(s)
+            seg_mask[i, width - len(s) :] = 1
+        if rows is None:
+            self.cached = [[] for _ in contexts]
+            self.mask = torch.zeros(len(contexts), 0, dtype=torch.long)
+        for i, s in enumerate(suffixes):
+            self.cached[i] = self.cached[i] + list(s)
+        return self.forward(model, segment, seg_mask)
+
+    def step(self, model: Any, feed: list[int | None]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One decode step: each row's new token, or a masked pad for rows that are done."""
+        pad = self.agent.tokenizer.pad_token_id
+        tokens = torch.tensor([[pad if t is None else t] for t in feed])  # (B, 1)
+        seg_mask = torch.tensor([[0 if t is None else 1] for t in feed])  # (B, 1)
+        for i, t in enumerate(feed):
+            if t is not None:
+                self.cached[i].append(t)
+        return self.forward(model, tokens, seg_mask)
+
+    def forward(self, model: Any, tokens: torch.Tensor, seg_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from transformers import DynamicCache
+
+        device = self.agent.accelerator.device
+        if self.cache is None:
+            self.cache = DynamicCache(config=model.config)
+        before = self.mask.sum(-1, keepdim=True)  # (B, 1) real tokens already cached
+        positions = (before + seg_mask.cumsum(-1) - 1).clamp(min=0)  # (B, n) positions of real tokens
+        self.mask = torch.cat([self.mask, seg_mask], dim=1)  # (B, W + n)
+        out = model(
+            input_ids=tokens.to(device),
+            attention_mask=self.mask.to(device),
+            position_ids=positions.to(device),
+            cache=self.cache,
+            use_cache=True,
+            output_hidden_states=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1], out.hidden_states[-1][:, -1]
+
+    def match(self, contexts: list[list[int]]) -> list[int] | None:
+        """For each context, the cache row it extends; ``None`` unless all of them extend one."""
+        if self.cache is None:
+            return None
+        rows, taken = [], set()
+        for ctx in contexts:
+            row = next(
+                (
+                    r
+                    for r, cached in enumerate(self.cached)
+                    if r not in taken and len(cached) < len(ctx) and ctx[: len(cached)] == cached
+                ),
+                None,
+            )
+            if row is None:
+                return None
+            rows.append(row)
+            taken.add(row)
+        return rows
+
+
+def filtered(logits: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """Logits with all but the top-k and the top-p nucleus set to -inf (HF's semantics; 0 / 1.0 off)."""
+    if top_k:
+        kth = logits.topk(min(int(top_k), logits.shape[-1]), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1)  # ascending
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        drop = cumulative <= 1 - top_p
+        drop[..., -1] = False  # keep at least one token
+        logits = logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
+    return logits
+
+
+@torch.no_grad()
+def hf_generate(
+    agent: PPOAgent, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, kwargs: dict[str, Any]
+) -> list[list[int]]:
+    """``model.generate`` on the whole contexts (left-padded), for generation kwargs the lean loop
+    does not handle; each row cut where the turn ends (``lmgym.core.action_length``)."""
+    tok = agent.tokenizer
+    width = max(map(len, contexts))
+    input_ids = torch.full((len(contexts), width), tok.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for i, ctx in enumerate(contexts):
+        input_ids[i, width - len(ctx) :] = torch.tensor(ctx)
+        attention_mask[i, width - len(ctx) :] = 1
+    if not kwargs.get("do_sample", True):  # greedy: sampling settings would only warn
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("temperature", "top_k", "top_p")}
+    model = agent.model
+    was_training = model.training
+    model.eval()
+    out = model.generate(
+        input_ids=input_ids.to(agent.accelerator.device),
+        attention_mask=attention_mask.to(agent.accelerator.device),
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        stopping_criteria=[StopOnStrings(tok, stop_strings, width)] if stop_strings else [],
+        **kwargs,
+    )
+    model.train(was_training)
+    return [cut_action(row[width:].tolist(), tok, stop_strings, max_new_tokens) for row in out.cpu()]
+
+
+class VLLMEngine:
+    """vLLM colocated with the trainer on one GPU (``pip install lmgym[vllm]``).
+
+    UNTESTED in this project's CI (no GPU there): the code path is written against vLLM's
+    offline ``LLM`` API (token-id prompts, ``SamplingParams(logprobs=0)`` for the sampled
+    token's log-prob, ``collective_rpc`` to load the trainer's weights after each update) and
+    fails with one clear line on a machine without a GPU or without vllm.
+
+    Args:
+        agent: the ``PPOAgent``; its model is saved once to a temp dir for vLLM to load.
+        gpu_memory_utilization: the share of the GPU vLLM may take (the trainer needs the rest).
+    """
+
+    exact = False
+
+    def __init__(self, agent: PPOAgent, gpu_memory_utilization: float = 0.3):
+        if not torch.cuda.is_available():
+            raise RuntimeError("engine='vllm' needs a CUDA GPU and none is visible; use engine='hf'")
+        try:
+            import vllm
+        except ImportError as e:
+            raise RuntimeError("engine='vllm' needs vllm: pip install 'lmgym[vllm]'") from e
+        self.agent, self.vllm = agent, vllm
+        self.dir = tempfile.mkdtemp(prefix="lmgym-vllm-")
+        agent.model.save_pretrained(self.dir)
+        agent.tokenizer.save_pretrained(self.dir)  # type: ignore[attr-defined]
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: weights are pushed directly
+        self.llm = vllm.LLM(
+            model=self.dir,
+            skip_tokenizer_init=True,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enable_prefix_caching=True,  # the KV reuse across turns, vLLM's way
+            dtype="auto",
+            seed=agent.config.seed,
+        )
+
+    def reset(self) -> None:
+        self.llm.reset_prefix_cache()
+
+    def sync_weights(self) -> None:
+        weights = [(name, p.detach()) for name, p in self.agent.model.state_dict().items()]
+        self.llm.collective_rpc(lambda worker: worker.model_runner.model.load_weights(weights))
+        self.reset()
+
+    def generate(
+        self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, **generation_kwargs: Any
+    ) -> list[Generation]:
+        kwargs = {**self.agent.config.sampling_kwargs, **generation_kwargs}
+        greedy = not kwargs.get("do_sample", True)
+        params = self.vllm.SamplingParams(
+            temperature=0.0 if greedy else float(kwargs.get("temperature", 1.0)),
+            top_k=int(kwargs.get("top_k") or -1),
+            top_p=float(kwargs.get("top_p", 1.0)),
+            max_tokens=max_new_tokens,
+            stop_token_ids=[self.agent.tokenizer.eos_token_id],
+            logprobs=0,  # the sampled token's log-prob
+            detokenize=False,
+        )
+        prompts = [{"prompt_token_ids": ctx} for ctx in contexts]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        tok, result = self.agent.tokenizer, []
+        for out in outputs:
+            completion = out.outputs[0]
+            ids = list(completion.token_ids)
+            n = action_length(ids, tok, stop_strings, max_new_tokens) or len(ids)  # stop strings, kept whole
+            logprobs = [float(step[t].logprob) for step, t in zip(completion.logprobs, ids)]
+            result.append(Generation(ids[:n], logprobs[:n]))
+        return result
+
+
+__all__ = ["Engine", "Generation", "HFEngine", "VLLMEngine", "filtered", "hf_generate", "make_engine"]

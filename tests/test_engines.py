@@ -1,0 +1,159 @@
+"""Rollout engines: the KV cache kept across turns changes nothing but speed; the interface holds
+for the HF engine and for a fake one that records its calls; vLLM fails in one clear line here."""
+
+import copy
+
+import gymnasium as gym
+import pytest
+import torch
+from helpers import tiny_model
+
+import lmgym
+from lmgym.agents import PPOAgent, PPOConfig
+from lmgym.agents.engines import Generation, HFEngine, filtered
+from lmgym.agents.policy import state_values, token_logprobs
+from lmgym.tokenizers import ByteTokenizer
+
+
+def four_turn_env(num_envs=None):
+    """Pipeline-v0 with three transforms: every episode is exactly four model calls."""
+    steps = [lambda out, k=k: f"\nstep {k}, you said {len(out)} bytes; again:" for k in range(3)]
+    if num_envs:
+        return gym.make_vec("lmgym/Pipeline-v0", num_envs=num_envs, transforms=steps, max_action_tokens=12)
+    return gym.make("lmgym/Pipeline-v0", transforms=steps, max_action_tokens=12)
+
+
+def agent_pair():
+    model = tiny_model(258, 256, seed=3, n_layer=2, n_embd=32, n_positions=256)
+    make = lambda reuse: PPOAgent(  # noqa: E731
+        copy.deepcopy(model), tokenizer=ByteTokenizer(), config=PPOConfig(seed=0, reuse_kv_cache=reuse)
+    )
+    return make(True), make(False)
+
+
+def test_kv_cache_across_turns_gives_the_same_tokens_and_logprobs():
+    cached, fresh = agent_pair()
+    envs = [four_turn_env(num_envs=3) for _ in range(2)]  # rows of different lengths: padding mid-cache
+    batches = []
+    for agent, env in zip((cached, fresh), envs):
+        torch.manual_seed(1)
+        batches.append(agent.collect(env, num_episodes=6, seeds=list(range(6)), score=False))
+    assert all(len(e.turn_ends) == 4 for e in batches[0])  # four model calls each
+    for a, b in zip(*batches):
+        assert torch.equal(a.tokens, b.tokens) and torch.equal(a.action_mask, b.action_mask)
+        torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=0)
+        torch.testing.assert_close(a.values, b.values, atol=1e-5, rtol=0)
+
+
+def test_vector_env_with_kv_cache_matches_the_re_prefill_path():
+    cached, fresh = agent_pair()
+    batches = []
+    for agent in (cached, fresh):
+        steps = [lambda out: "\nagain:", lambda out: f"\n{out[:3]!r} once more:"]
+        envs = gym.make_vec("lmgym/Pipeline-v0", num_envs=4, transforms=steps, max_action_tokens=8)
+        torch.manual_seed(2)
+        batches.append(agent.collect(envs, num_episodes=8, score=False))
+    for a, b in zip(*batches):
+        assert torch.equal(a.tokens, b.tokens)
+        torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=0)
+
+
+def test_engine_logprobs_and_values_match_a_plain_forward_pass():
+    agent, _ = agent_pair()
+    batch = agent.collect(four_turn_env(), num_episodes=3, seeds=[0, 1, 2], score=False)
+    for e in batch:
+        with torch.no_grad():
+            logits, values = agent.policy(e.tokens[None], torch.ones(1, e.length, dtype=torch.long))
+        mask = e.action_mask
+        torch.testing.assert_close(e.logprobs[mask], token_logprobs(logits, e.tokens[None])[0][mask], atol=1e-5, rtol=0)
+        torch.testing.assert_close(e.values[mask], state_values(values)[0][mask], atol=1e-5, rtol=0)
+
+
+def test_scoring_skips_what_the_engine_gave():
+    agent, _ = agent_pair()
+    calls = []
+    original = agent.policy.forward
+    agent.policy.forward = lambda *a, **k: calls.append(1) or original(*a, **k)
+    agent.collect(gym.make("lmgym/Echo-v0"), num_episodes=4)  # terminated episodes: no policy pass needed
+    assert calls == []
+
+
+class FakeEngine:
+    """Records its calls; answers each context with a fixed turn and made-up log-probs."""
+
+    exact = True
+
+    def __init__(self, reply):
+        self.reply, self.calls, self.syncs, self.resets = reply, [], 0, 0
+
+    def generate(self, contexts, stop_strings, max_new_tokens, **kwargs):
+        self.calls.append((len(contexts), tuple(stop_strings), max_new_tokens, kwargs))
+        return [Generation(list(self.reply), [-0.5] * len(self.reply), [0.25] * len(self.reply)) for _ in contexts]
+
+    def sync_weights(self):
+        self.syncs += 1
+
+    def reset(self):
+        self.resets += 1
+
+
+def test_the_agent_uses_any_engine_through_the_interface():
+    tok = lmgym.ByteTokenizer(["<calc>", "</calc>", "<answer>", "</answer>", "<result>", "</result>"])
+    agent = PPOAgent(tiny_model(tok.vocab_size, 256, n_layer=1, n_embd=16), tokenizer=tok, config=PPOConfig(seed=0))
+    agent.engine = engine = FakeEngine(tok.encode("<answer>5</answer>"))
+    env = gym.make("lmgym/Calculator-v0", tokenizer=tok)
+    batch = agent.collect(env, num_episodes=2, generation_kwargs={"do_sample": False})
+    assert engine.calls[0] == (1, ("</answer>", "</calc>"), 32, {"do_sample": False})
+    e = batch[0]
+    assert tok.decode(e.tokens[e.action_mask].tolist()) == "<answer>5</answer>"
+    assert e.logprobs[e.action_mask].tolist() == [-0.5] * 3 and e.values[e.action_mask].tolist() == [0.25] * 3
+    agent.update(batch)
+    assert engine.syncs == 1 and engine.resets >= 2  # weights pushed after the update; a reset per wave
+
+
+def test_an_inexact_engine_gets_importance_weights():
+    tok = ByteTokenizer()
+    agent = PPOAgent(tiny_model(258, 256, n_layer=1, n_embd=16), tokenizer=tok, config=PPOConfig(seed=0, tis_cap=2.0))
+    engine = FakeEngine(tok.encode("ab"))
+    engine.exact = False
+    agent.engine = engine
+    batch = agent.collect(gym.make("lmgym/Echo-v0"), num_episodes=2)
+    e = batch[0]
+    assert e.sampler_logprobs[e.action_mask].tolist() == [-0.5, -0.5]
+    # the trainer's own log-probs were computed by a forward pass, not taken from the engine
+    assert not torch.allclose(e.logprobs[e.action_mask], torch.tensor([-0.5, -0.5]))
+    from lmgym.agents.ppo import importance_weights
+
+    w = importance_weights(e, cap=2.0)
+    expected = (e.logprobs - e.sampler_logprobs).exp().clamp(max=2.0)
+    assert torch.allclose(w[e.action_mask], expected[e.action_mask]) and (w[~e.action_mask] == 1).all()
+    assert "loss/policy" in agent.update(batch)
+
+
+def test_vllm_engine_fails_in_one_clear_line_without_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the vLLM engine would start")
+    with pytest.raises(RuntimeError, match="engine='vllm' needs a CUDA GPU"):
+        PPOAgent(tiny_model(258, 256, n_layer=1, n_embd=16), tokenizer=ByteTokenizer(), config=PPOConfig(engine="vllm"))
+
+
+def test_unsupported_generation_kwargs_go_to_model_generate():
+    agent, _ = agent_pair()
+    batch = agent.collect(
+        gym.make("lmgym/Echo-v0"), num_episodes=2, generation_kwargs={"repetition_penalty": 1.3}, score=True
+    )
+    assert all(e.scored for e in batch)  # model.generate gave no log-probs: the scoring pass did
+
+
+def test_top_k_and_top_p_filtering():
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.0]])
+    assert torch.isinf(filtered(logits, 2, None)).tolist() == [[True, False, False, True]]
+    p = logits.softmax(-1)[0]  # [0.087, 0.644, 0.237, 0.032]
+    assert torch.isinf(filtered(logits, None, 0.7)).tolist() == [[True, False, False, True]]
+    assert torch.isinf(filtered(logits, None, 0.5)).tolist() == [[True, False, True, True]]
+    assert p.argmax() == 1 and not torch.isinf(filtered(logits, 0, 1.0)).any()
+
+
+def test_hf_engine_is_the_default():
+    agent, fresh = agent_pair()
+    assert isinstance(agent.engine, HFEngine) and agent.engine.reuse_cache and not fresh.engine.reuse_cache
