@@ -65,7 +65,7 @@ class Engine(Protocol):
 def make_engine(name: str, agent: PPOAgent) -> Engine:
     """The engine ``PPOConfig.engine`` names."""
     if name == "hf":
-        return HFEngine(agent)
+        return HFEngine(agent, agent.config.reuse_kv_cache)
     if name == "vllm":
         return VLLMEngine(agent)
     raise ValueError(f"unknown engine {name!r}: choose 'hf' or 'vllm'")

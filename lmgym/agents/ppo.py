@@ -33,7 +33,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from lmgym.agents.advantages import gae, grpo_advantages, rloo_advantages, whiten
 from lmgym.agents.config import PPOConfig
-from lmgym.agents.engines import Engine, Generation, HFEngine, make_engine
+from lmgym.agents.engines import Engine, Generation, make_engine
 from lmgym.agents.kl import KLController
 from lmgym.agents.metrics import MetricsLogger
 from lmgym.agents.policy import PolicyWithValue, shifted_logprobs, state_values, token_entropy, token_logprobs
