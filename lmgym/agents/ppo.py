@@ -102,11 +102,7 @@ class PPOAgent:
         policy = PolicyWithValue(model)
         optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=self.config.learning_rate)
         self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
-        self.engine: Engine = (
-            HFEngine(self, self.config.reuse_kv_cache)
-            if self.config.engine == "hf"
-            else make_engine(self.config.engine, self)
-        )
+        self.engine: Engine = make_engine(self.config.engine, self)
         self.kl_controller = KLController(
             self.config.kl_coef, self.config.adaptive_kl, self.config.kl_target, self.config.kl_horizon
         )
