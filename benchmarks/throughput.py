@@ -1,18 +1,24 @@
 """Agent overhead, measured side by side in one run on the same model and batch shape.
 
 - ``collect``: generated tokens/s of ``PPOAgent.collect`` on Echo-v0 (batched generation over a
-  vector env, stop strings, scoring) against a bare ``model.generate`` loop producing the same
-  number of tokens with the same batch shape.
-- ``update``: tokens/s of ``PPOAgent.update`` (all epochs) against a bare forward+backward of
-  the same model over the same tokens, the same number of times.
+  vector env, stop checks, env steps, scoring) against a bare ``model.generate`` loop producing
+  the same number of tokens with the same batch shape.
+- ``update``: tokens/s of ``PPOAgent.update`` (all epochs) against a bare forward+backward+AdamW
+  of the same model over the same tokens, the same number of times.
+- turns: time per episode of an episode of K model calls (Pipeline-v0, K = 1, 2, 4, 8) with the
+  HF engine's KV cache kept across turns and with the whole history prefilled every turn.
 
-    python benchmarks/throughput.py [--threads 1] [--episodes 64]
+Each pair is measured interleaved (A B A B ...) and the medians of ``--reps`` are printed.
+
+    python benchmarks/throughput.py [--threads 1] [--episodes 64] [--reps 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
+from collections.abc import Callable
 
 import gymnasium as gym
 import torch
@@ -23,70 +29,117 @@ from lmgym.agents import PPOAgent, PPOConfig
 from lmgym.agents.ppo import pad_batch
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--episodes", type=int, default=64)
-    parser.add_argument("--num-envs", type=int, default=16)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+def tiny(n_positions: int = 128) -> GPT2LMHeadModel:
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(
-        GPT2Config(vocab_size=258, n_embd=64, n_layer=2, n_head=2, n_positions=128, bos_token_id=256, eos_token_id=256)
+    config = GPT2Config(
+        vocab_size=258, n_embd=64, n_layer=2, n_head=2, n_positions=n_positions, bos_token_id=256, eos_token_id=256
     )
-    agent = PPOAgent(model, tokenizer=lmgym.ByteTokenizer(), config=PPOConfig(episodes_per_update=args.episodes))
-    envs = gym.make_vec("lmgym/Echo-v0", num_envs=args.num_envs, length=8, max_action_tokens=16)
-    agent.collect(envs, args.num_envs)  # warm up
+    return GPT2LMHeadModel(config)
 
+
+def timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def one_round(agent: PPOAgent, envs: gym.vector.VectorEnv, args: argparse.Namespace) -> dict[str, float]:
+    """One interleaved round: seconds for collect (KL on, then off), the bare generate of as many
+    tokens, update, and the bare fwd+bwd+AdamW of the same tokens; plus the token counts."""
+    cfg, out = agent.config, {}
     start = time.perf_counter()
     batch = agent.collect(envs, args.episodes)
-    t_collect = time.perf_counter() - start
-    generated = sum(e.num_action_tokens for e in batch)
-
-    prompt = torch.tensor([lmgym.ByteTokenizer().encode("Echo: abcdefgh\n")] * args.num_envs)
+    out["collect"] = time.perf_counter() - start
+    agent.kl_controller.value = 0.0  # kl_coef=0 (TRL's beta=0): no reference forward
+    out["collect_no_kl"] = timed(lambda: agent.collect(envs, args.episodes))
+    agent.kl_controller.value = cfg.kl_coef
+    out["generated"] = generated = sum(e.num_action_tokens for e in batch)
     per_row = max(1, generated // args.episodes)
+    prompt = torch.tensor([lmgym.ByteTokenizer().encode("Echo: abcdefgh\n")] * args.num_envs)
+    kwargs = dict(max_new_tokens=per_row, min_new_tokens=per_row, do_sample=True, top_k=0, pad_token_id=257)
     start = time.perf_counter()
     for _ in range(args.episodes // args.num_envs):
-        agent.model.generate(
-            prompt,
-            attention_mask=torch.ones_like(prompt),
-            max_new_tokens=per_row,
-            min_new_tokens=per_row,
-            do_sample=True,
-            top_k=0,
-            pad_token_id=257,
-        )
-    t_bare_gen = time.perf_counter() - start
-    bare_tokens = per_row * args.num_envs * (args.episodes // args.num_envs)
-
-    start = time.perf_counter()
-    agent.update(batch)
-    t_update = time.perf_counter() - start
-    cfg = agent.config
-    trained_tokens = sum(e.length for e in batch) * cfg.n_epochs
-
+        agent.model.generate(prompt, attention_mask=torch.ones_like(prompt), **kwargs)
+    out["bare_generate"] = (time.perf_counter() - start) * generated / (per_row * args.episodes)
+    out["update"] = timed(lambda: agent.update(batch))
+    out["trained"] = sum(e.length for e in batch) * cfg.n_epochs
     tokens, attention = pad_batch([e.tokens for e in batch], 0)
     optimizer = torch.optim.AdamW(agent.model.parameters(), lr=1e-5)
     start = time.perf_counter()
     for _ in range(cfg.n_epochs):
         for lo in range(0, len(batch), cfg.mini_batch_size):
-            out = agent.model(
-                input_ids=tokens[lo : lo + cfg.mini_batch_size], attention_mask=attention[lo : lo + cfg.mini_batch_size]
-            )
-            out.logits.float().logsumexp(-1).mean().backward()
+            rows = slice(lo, lo + cfg.mini_batch_size)
+            agent.model(input_ids=tokens[rows], attention_mask=attention[rows]).logits.float().logsumexp(
+                -1
+            ).mean().backward()
             optimizer.step()
             optimizer.zero_grad()
-    t_bare_train = time.perf_counter() - start
+    out["bare_train"] = time.perf_counter() - start
+    return out
 
-    print(f"threads={args.threads} episodes={args.episodes} num_envs={args.num_envs}")
+
+def overhead(args: argparse.Namespace) -> None:
+    agent = PPOAgent(tiny(), tokenizer=lmgym.ByteTokenizer(), config=PPOConfig(episodes_per_update=args.episodes))
+    envs = gym.make_vec("lmgym/Echo-v0", num_envs=args.num_envs, length=8, max_action_tokens=16)
+    agent.collect(envs, args.num_envs)  # warm up
+    rounds = [one_round(agent, envs, args) for _ in range(args.reps)]
+    med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+    generated, trained = med["generated"], med["trained"]
+    print(f"threads={args.threads} episodes={args.episodes} num_envs={args.num_envs}, medians of {args.reps}")
     print(
-        f"collect: {generated / t_collect:8.0f} generated tokens/s   bare generate: "
-        f"{bare_tokens / t_bare_gen:8.0f} tokens/s   ratio {generated / t_collect / (bare_tokens / t_bare_gen):.2f}"
+        f"collect: {generated / med['collect']:8.0f} generated tokens/s   bare generate: "
+        f"{generated / med['bare_generate']:8.0f} tokens/s   ratio {med['bare_generate'] / med['collect']:.2f}"
     )
     print(
-        f"update:  {trained_tokens / t_update:8.0f} tokens/s             bare fwd+bwd:  "
-        f"{trained_tokens / t_bare_train:8.0f} tokens/s   ratio {t_bare_train / t_update:.2f}"
+        f"collect, kl_coef=0 (no reference forward): {generated / med['collect_no_kl']:8.0f} generated tokens/s"
+        f"   ratio {med['bare_generate'] / med['collect_no_kl']:.2f}"
     )
+    print(
+        f"update:  {trained / med['update']:8.0f} tokens/s             bare fwd+bwd:  "
+        f"{trained / med['bare_train']:8.0f} tokens/s   ratio {med['bare_train'] / med['update']:.2f}"
+    )
+
+
+def turns(args: argparse.Namespace) -> None:
+    """ms per episode of K model calls, KV cache kept across turns vs the history prefilled each turn."""
+    prompt = "Read this, then answer in a few words. " * 6  # ~240 tokens of history before the first turn
+    agents = {
+        reuse: PPOAgent(tiny(1024), tokenizer=lmgym.ByteTokenizer(), config=PPOConfig(reuse_kv_cache=reuse))
+        for reuse in (True, False)
+    }
+    print(f"\nturns: ms per episode (Pipeline-v0, {args.num_envs} envs, <= 16 tokens a turn, ~30-token observations)")
+    print("| model calls | KV cache kept | history re-prefilled | speed-up |")
+    print("| ---: | ---: | ---: | ---: |")
+    for k in (1, 2, 4, 8):
+        steps = [lambda out, i=i: f"\nThat was turn {i}. Once more, please: " for i in range(k - 1)]
+        envs = gym.make_vec(
+            "lmgym/Pipeline-v0",
+            num_envs=args.num_envs,
+            prompts=[prompt],
+            transforms=steps,
+            max_action_tokens=16,
+        )
+        times: dict[bool, list[float]] = {True: [], False: []}
+        for rep in range(args.reps + 1):
+            for reuse, agent in agents.items():
+                torch.manual_seed(rep)
+                t = timed(lambda a=agent, e=envs: a.collect(e, args.num_envs, score=False))
+                if rep:  # the first round warms up
+                    times[reuse].append(1000 * t / args.num_envs)
+        cached, fresh = statistics.median(times[True]), statistics.median(times[False])
+        print(f"| {k} | {cached:.1f} | {fresh:.1f} | {fresh / cached:.2f}x |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    overhead(args)
+    turns(args)
 
 
 if __name__ == "__main__":

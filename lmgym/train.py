@@ -208,6 +208,11 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
         )
     except (TypeError, ValueError) as e:
         raise usage_error(str(e)) from e
+    from lmgym.agents.engines import engine_problem
+
+    problem = engine_problem(config.engine)  # before any model is built or warm-started
+    if problem:
+        raise usage_error(problem)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     agent = _make_agent(args, config, env_kwargs, usage_error)

@@ -2,6 +2,8 @@
 for the HF engine and for a fake one that records its calls; vLLM fails in one clear line here."""
 
 import copy
+import subprocess
+import sys
 
 import gymnasium as gym
 import pytest
@@ -135,6 +137,15 @@ def test_vllm_engine_fails_in_one_clear_line_without_a_gpu():
         pytest.skip("a GPU is here: the vLLM engine would start")
     with pytest.raises(RuntimeError, match="engine='vllm' needs a CUDA GPU"):
         PPOAgent(tiny_model(258, 256, n_layer=1, n_embd=16), tokenizer=ByteTokenizer(), config=PPOConfig(engine="vllm"))
+    result = subprocess.run(
+        [sys.executable, "-m", "lmgym.cli", "train", "--engine", "vllm", "--out", "/nonexistent/never"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "lmgym train: error: engine='vllm' needs a CUDA GPU and none is visible; use engine='hf'"
+    ]
 
 
 def test_unsupported_generation_kwargs_go_to_model_generate():

@@ -62,8 +62,28 @@ class Engine(Protocol):
     def reset(self) -> None: ...
 
 
+class EngineUnavailable(RuntimeError):
+    """The chosen engine cannot run on this machine (one line says why)."""
+
+
+def engine_problem(name: str) -> str | None:
+    """Why the engine ``name`` cannot run here, or ``None``: checked before any model is built."""
+    if name != "vllm":
+        return None
+    import importlib.util
+
+    if not torch.cuda.is_available():
+        return "engine='vllm' needs a CUDA GPU and none is visible; use engine='hf'"
+    if importlib.util.find_spec("vllm") is None:
+        return "engine='vllm' needs vllm: pip install 'lmgym[vllm]'"
+    return None
+
+
 def make_engine(name: str, agent: PPOAgent) -> Engine:
     """The engine ``PPOConfig.engine`` names."""
+    problem = engine_problem(name)
+    if problem:
+        raise EngineUnavailable(problem)
     if name == "hf":
         return HFEngine(agent, agent.config.reuse_kv_cache)
     if name == "vllm":
@@ -282,12 +302,11 @@ class VLLMEngine:
     exact = False
 
     def __init__(self, agent: PPOAgent, gpu_memory_utilization: float = 0.3):
-        if not torch.cuda.is_available():
-            raise RuntimeError("engine='vllm' needs a CUDA GPU and none is visible; use engine='hf'")
-        try:
-            import vllm
-        except ImportError as e:
-            raise RuntimeError("engine='vllm' needs vllm: pip install 'lmgym[vllm]'") from e
+        problem = engine_problem("vllm")
+        if problem:
+            raise EngineUnavailable(problem)
+        import vllm
+
         self.agent, self.vllm = agent, vllm
         self.dir = tempfile.mkdtemp(prefix="lmgym-vllm-")
         agent.model.save_pretrained(self.dir)
@@ -336,4 +355,14 @@ class VLLMEngine:
         return result
 
 
-__all__ = ["Engine", "Generation", "HFEngine", "VLLMEngine", "filtered", "hf_generate", "make_engine"]
+__all__ = [
+    "Engine",
+    "EngineUnavailable",
+    "Generation",
+    "HFEngine",
+    "VLLMEngine",
+    "engine_problem",
+    "filtered",
+    "hf_generate",
+    "make_engine",
+]

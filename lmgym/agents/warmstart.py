@@ -23,7 +23,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedModel
 
 from lmgym.agents.policy import token_logprobs
-from lmgym.agents.ppo import pad_batch
+from lmgym.agents.ppo import adamw, pad_batch
 from lmgym.agents.trajectories import Episode, EpisodeBuilder
 from lmgym.tokenizers import ByteTokenizer, Tokenizer
 
@@ -100,7 +100,7 @@ def supervised_finetune(
 ) -> list[float]:
     """Cross-entropy on the action tokens of ``episodes``; returns the loss per step."""
     generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+    optimizer = adamw(list(model.parameters()), learning_rate)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20))  # warmup, then constant
     model.train()
     losses = []
