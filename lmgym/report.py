@@ -27,8 +27,11 @@ CURVES: dict[str, list[str]] = {
     "KL to the reference": ["objective/kl"],
     "entropy": ["policy/entropy"],
     "learning rate": ["optim/learning_rate"],
+    "error mix (greedy, held-out)": ["eval/error/"],
+    "PPO diagnostics": ["policy/clipfrac", "policy/approx_kl", "value/explained_variance", "advantages/raw_std"],
 }
-"""The learning-curve panels and the ``metrics.csv`` columns each one draws."""
+"""The learning-curve panels and the ``metrics.csv`` columns each one draws (a key ending in
+``/`` draws every column under it)."""
 
 NEGATIVE, NEUTRAL, POSITIVE = (202, 0, 32), (247, 247, 247), (5, 113, 176)  # ColorBrewer RdBu ends
 
@@ -105,7 +108,12 @@ def report_data(
         adv = e.get("adv") or [None] * sum(e["mask"])
         shown.append({**e, "colors": [diverging_color(a, scale) for a in adv]})
     metrics = metrics or {}
-    curves = {name: {k: metrics[k] for k in keys if k in metrics} for name, keys in CURVES.items()}
+    curves = {
+        name: {
+            k: metrics[k] for k in metrics if any(k == key or key.endswith("/") and k.startswith(key) for key in keys)
+        }
+        for name, keys in CURVES.items()
+    }
     return {
         "title": title,
         "scale": scale,

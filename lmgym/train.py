@@ -45,12 +45,19 @@ def add_train_commands(sub: Any, usage_error: type[Exception]) -> None:
         "--warmstart-steps", type=int, default=None, help="supervised steps of the default model's warm start"
     )
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="gym.make argument")
+    add_model_flags(p)
+    p.add_argument(
+        "--lora", default=None, metavar="SPEC", help="LoRA adapters, e.g. r=16 or r=16,alpha=32,targets=q_proj+v_proj"
+    )
+    p.add_argument(
+        "--add-special-tokens", action="store_true", help="add the env's tags to an HF tokenizer as tokens (and resize)"
+    )
     p.add_argument(
         "--resume", default=None, metavar="CHECKPOINT", help="continue from a checkpoint (OUT/checkpoints/last)"
     )
     for field in dataclasses.fields(PPOConfig):
         flag = "--" + field.name.replace("_", "-")
-        if field.name in ("seed", "estimator", "generation_kwargs"):
+        if field.name in ("seed", "estimator", "generation_kwargs", "peft_config"):
             continue
         p.add_argument(
             flag,
@@ -72,8 +79,24 @@ def add_train_commands(sub: Any, usage_error: type[Exception]) -> None:
     p.add_argument("--num-envs", type=int, default=50)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    add_model_flags(p)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=lambda args: evaluate_command(args, usage_error))
+
+    p = sub.add_parser("export", help="merge a LoRA run's adapters into its base and save a plain model")
+    p.add_argument("model_dir", help="a directory saved by lmgym train (base + adapters)")
+    p.add_argument("--merged", required=True, metavar="OUT", help="where to write the merged model")
+    p.set_defaults(func=lambda args: export_command(args, usage_error))
+
+
+def add_model_flags(p: Any) -> None:
+    """The flags for a chat model: wrap the env in its chat template."""
+    p.add_argument(
+        "--chat-template",
+        action="store_true",
+        help="wrap the env in the tokenizer's chat template (observations as user turns, actions as assistant turns)",
+    )
+    p.add_argument("--system", default=None, help="system message for --chat-template")
 
 
 def _field_type(field: dataclasses.Field) -> Any:
@@ -132,24 +155,44 @@ def _make_agent(args: argparse.Namespace, config: Any, env_kwargs: dict[str, Any
             ) from e
     else:
         try:
-            model, tokenizer = load_for_env(args.model, args.env_id, env_kwargs)
-        except ValueError as e:
+            model, tokenizer = load_for_env(
+                args.model, args.env_id, env_kwargs, getattr(args, "add_special_tokens", False)
+            )
+        except (ValueError, ImportError) as e:
             raise usage_error(str(e).splitlines()[0]) from e
-    return PPOAgent(model, tokenizer=tokenizer, config=config)
+    try:
+        return PPOAgent(model, tokenizer=tokenizer, config=config)
+    except ValueError as e:  # the vocabulary does not cover the tokenizer; a LoRA target is not in the model
+        raise usage_error(str(e).splitlines()[0]) from e
 
 
 def _make_envs(args: argparse.Namespace, n: int, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:
+    import functools
+
     import gymnasium as gym
     from gymnasium.vector import AutoresetMode
 
+    from lmgym.wrappers import ChatTemplate
+
+    chat = [functools.partial(ChatTemplate, system=args.system)] if args.chat_template else []
     return gym.make_vec(
         args.env_id,
         num_envs=n,
         vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        wrappers=chat,
         tokenizer=tokenizer,
         **env_kwargs,
     )
+
+
+def _check_chat_template(args: argparse.Namespace, tokenizer: Any, usage_error: type[Exception]) -> None:
+    from lmgym.tokenizers import HFTokenizer
+
+    hf = tokenizer.hf if isinstance(tokenizer, HFTokenizer) else None
+    if args.chat_template and not getattr(hf, "chat_template", None):
+        model = args.model or "the default model"
+        raise usage_error(f"--chat-template: the tokenizer of {model} has no chat template")
 
 
 def _set_threads(threads: int | None) -> None:
@@ -177,7 +220,16 @@ class _Evaluator:
             stats, _ = evaluate(agent, self.envs, self.episodes)
         else:
             return
-        metrics.update({"eval/success": stats["success"], "eval/tool_rate": stats["tool_rate"]})
+        metrics.update(eval_metrics(stats))
+
+
+def eval_metrics(stats: dict[str, Any]) -> dict[str, float]:
+    """An evaluation as ``eval/`` metrics: success, tool-call rate and the error mix."""
+    return {
+        "eval/success": stats["success"],
+        "eval/tool_rate": stats["tool_rate"],
+        **{f"eval/error/{kind}": share for kind, share in stats.get("errors", {}).items() if kind != "correct"},
+    }
 
 
 def _quiet_transformers() -> None:
@@ -202,9 +254,12 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     overrides = {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
     base = dict(TINY_MODEL_CONFIG) if args.model is None else {}
     try:
+        from lmgym.agents.models import parse_lora
+
         config = PPOConfig(
             **{**base, **overrides, "seed": args.seed, "estimator": args.estimator},
             generation_kwargs=args.generation_kwargs or {},
+            peft_config=parse_lora(args.lora) if args.lora else None,
         )
     except (TypeError, ValueError) as e:
         raise usage_error(str(e)) from e
@@ -216,6 +271,10 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     agent = _make_agent(args, config, env_kwargs, usage_error)
+    _check_chat_template(args, agent.tokenizer, usage_error)
+    from lmgym.agents.models import format_memory
+
+    print(format_memory(agent.memory_estimate()))
     k = config.group_size or 1
     num_envs = max(k, args.num_envs // k * k)
     envs = _make_envs(args, num_envs, agent.tokenizer, env_kwargs)
@@ -224,7 +283,7 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     before, before_batch = evaluate(agent, eval_envs, args.eval_episodes)
     if args.resume is None:  # a resumed run keeps the history it has
         logger = MetricsLogger(out, config.to_dict())
-        logger.log({"eval/success": before["success"], "eval/tool_rate": before["tool_rate"]}, 0)
+        logger.log(eval_metrics(before), 0)
         logger.close()
     evaluator = _Evaluator(eval_envs, min(100, args.eval_episodes), args.eval_every, args.eval_episodes, args.episodes)
     agent.learn(
@@ -236,7 +295,7 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
         resume_from=args.resume,
     )
     after, after_batch = evaluator.final or evaluate(agent, eval_envs, args.eval_episodes)
-    agent.save(out / "model")
+    agent.save(out / "model", manifest={"env": args.env_id, "chat_template": args.chat_template, "system": args.system})
     plot_learning_curve(out / "metrics.csv", out / "learning_curve.png", f"{args.env_id}: PPO ({config.estimator})")
     with open(out / "transcripts.md", "w") as f:
         for name, batch in (("before", before_batch), ("after", after_batch)):
@@ -248,8 +307,8 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     summary = {
         "env": args.env_id,
         "model": args.model or "default (tiny GPT-2, warm-started)",
-        "before": {k: before[k] for k in ("success", "tool_rate", "mean_return")},
-        "after": {k: after[k] for k in ("success", "tool_rate", "mean_return")},
+        "before": {k: before[k] for k in ("success", "tool_rate", "mean_return", "errors")},
+        "after": {k: after[k] for k in ("success", "tool_rate", "mean_return", "errors")},
         "wall_seconds": round(wall, 1),
         "seed": args.seed,
         "episodes": agent.num_episodes,
@@ -280,8 +339,14 @@ def evaluate_command(args: argparse.Namespace, usage_error: type[Exception]) -> 
         raise usage_error(f"--model {args.model!r} does not exist")
     _set_threads(None)
     _quiet_transformers()
+    from lmgym.agents.models import read_manifest
+
+    manifest = read_manifest(args.model)  # how the model was trained: its chat template, system message
+    args.chat_template = args.chat_template or bool(manifest.get("chat_template"))
+    args.system = args.system if args.system is not None else manifest.get("system")
     env_kwargs = parse_kwargs(args.env_arg)
     agent = _make_agent(args, PPOConfig(seed=args.seed), env_kwargs, usage_error)
+    _check_chat_template(args, agent.tokenizer, usage_error)
     envs = _make_envs(args, min(args.num_envs, args.episodes), agent.tokenizer, env_kwargs)
     greedy, _ = evaluate(agent, envs, args.episodes, greedy=True)
     sampled, _ = evaluate(agent, envs, args.episodes, greedy=False)
@@ -297,6 +362,24 @@ def evaluate_command(args: argparse.Namespace, usage_error: type[Exception]) -> 
             ],
         )
     )
+
+
+def export_command(args: argparse.Namespace, usage_error: type[Exception]) -> None:
+    """``lmgym export DIR --merged OUT``: base + adapters -> ``merge_and_unload`` -> a plain model."""
+    from lmgym.agents.models import is_adapter_dir, load_model
+    from lmgym.tokenizers import load_tokenizer
+
+    if not is_adapter_dir(args.model_dir):
+        raise usage_error(f"{args.model_dir!r} holds no LoRA adapters (no adapter_config.json): nothing to merge")
+    _quiet_transformers()
+    try:
+        model = load_model(args.model_dir, trainable=False)
+    except ValueError as e:
+        raise usage_error(str(e).splitlines()[0]) from e
+    merged = model.merge_and_unload()
+    merged.save_pretrained(args.merged)
+    load_tokenizer(args.model_dir).save_pretrained(args.merged)  # type: ignore[attr-defined]
+    print(f"wrote the merged model to {args.merged} (loadable with AutoModelForCausalLM.from_pretrained)")
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:

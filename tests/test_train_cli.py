@@ -61,8 +61,11 @@ def test_train_writes_every_output(smoke_run):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["env"] == "lmgym/Calculator-v0" and summary["seed"] == 3
     for phase in ("before", "after"):
-        assert set(summary[phase]) == {"success", "tool_rate", "mean_return"}
-        assert all(0.0 <= v <= 1.0 for v in summary[phase].values())
+        assert set(summary[phase]) == {"success", "tool_rate", "mean_return", "errors"}
+        assert all(0.0 <= summary[phase][k] <= 1.0 for k in ("success", "tool_rate", "mean_return"))
+        errors = summary[phase]["errors"]  # Calculator-v0 classifies every episode's outcome
+        assert set(errors) <= {"correct", "no tool", "operand copy", "result copy", "malformed"}
+        assert abs(sum(errors.values()) - 1) < 1e-9 and errors.get("correct", 0) == summary[phase]["success"]
     assert summary["wall_seconds"] > 0
     with open(out / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -137,10 +140,12 @@ def test_train_takes_a_local_hf_model(tmp_path, hf_tokenizer_dir):
         "4",
         "--out",
         str(tmp_path / "run"),
+        "--add-special-tokens",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     saved = AutoTokenizer.from_pretrained(tmp_path / "run" / "model")
     assert "<calc>" in saved.get_vocab() and len(saved) == len(tokenizer) + 6  # the env's tags were added
+    assert "memory before activations" in result.stdout
 
 
 @pytest.mark.parametrize(

@@ -91,6 +91,13 @@ class PPOConfig:
     (vLLM): each token's policy loss is weighted by min(p_trainer / p_engine, tis_cap)
     (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training")."""
 
+    peft_config: dict[str, Any] | None = None
+    """LoRA adapters through peft, e.g. ``{"r": 16, "lora_alpha": 32, "target_modules": ["q_proj",
+    "v_proj"]}`` (a ``peft.LoraConfig`` is accepted too); ``target_modules`` defaults to every
+    linear layer. The reference policy is then the base with adapters off (no copy)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, ~30% slower on the update)."""
+
     mixed_precision: str = "no"
     """accelerate's mixed precision: ``"no"``, ``"fp16"`` or ``"bf16"``."""
     checkpoint_every: int = 0
@@ -103,6 +110,9 @@ class PPOConfig:
     about ten recorded updates per run)."""
 
     def __post_init__(self) -> None:
+        from lmgym.agents.models import plain_peft_config
+
+        self.peft_config = plain_peft_config(self.peft_config)
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
         if self.kl_penalty not in ("reward", "loss"):

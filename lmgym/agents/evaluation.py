@@ -31,7 +31,15 @@ def evaluate(
         "tool_rate": stats["env/tool_rate"],
         "mean_return": float(np.mean(batch.returns)),
         "episodes": len(batch),
+        "errors": error_mix(batch),
     }, batch
+
+
+def error_mix(batch: Trajectories) -> dict[str, float]:
+    """The share of each ``info["outcome"]`` on the episodes' last steps, for envs that report
+    one (Calculator-v0 does: correct, no tool, operand copy, result copy, malformed)."""
+    kinds = [e.infos[-1]["outcome"] for e in batch if e.infos and "outcome" in e.infos[-1]]
+    return {kind: kinds.count(kind) / len(kinds) for kind in sorted(set(kinds))}
 
 
 def transcript(agent: PPOAgent, episode: Any) -> str:

@@ -29,17 +29,25 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
-from transformers import AutoModelForCausalLM, PreTrainedModel
+from transformers import PreTrainedModel
 
 from lmgym.agents.advantages import gae, grpo_advantages, rloo_advantages, whiten
 from lmgym.agents.config import PPOConfig
 from lmgym.agents.engines import Engine, Generation, make_engine
 from lmgym.agents.kl import KLController
 from lmgym.agents.metrics import MetricsLogger
+from lmgym.agents.models import (
+    MANIFEST,
+    apply_lora,
+    check_model_vocab,
+    disable_dropout,
+    load_model,
+    memory_estimate,
+)
 from lmgym.agents.policy import PolicyWithValue, shifted_logprobs, state_values, token_entropy, token_logprobs
 from lmgym.agents.recording import EpisodeRecorder
 from lmgym.agents.trajectories import Episode, EpisodeBuilder, Trajectories
-from lmgym.tokenizers import Tokenizer, as_tokenizer, hub_lookup, load_error, load_tokenizer
+from lmgym.tokenizers import Tokenizer, as_tokenizer, load_tokenizer
 
 EVAL_SEED_OFFSET = 2**30
 """Training episodes draw reset seeds below this; held-out evaluation seeds start here."""
@@ -91,6 +99,10 @@ class PPOAgent:
         self.tokenizer: Tokenizer = as_tokenizer(tokenizer)
         check_model_vocab(model, self.tokenizer)
         disable_dropout(model)  # dropout would make the PPO ratio differ from 1 at the start
+        if self.config.peft_config and not hasattr(model, "disable_adapter"):
+            model = apply_lora(model, self.config.peft_config)
+        if self.config.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
         self.is_peft = hasattr(model, "disable_adapter") and ref_model is None
         if ref_model is None and not self.is_peft:
@@ -245,10 +257,11 @@ class PPOAgent:
             for i, turn in zip(list(live), turns):
                 b = builders[i]
                 exact = self.engine.exact and bool(turn.tokens)
+                ended = bool(terminated[i] or truncated[i])
                 b.add_action(
                     batch[i].tolist(),
                     float(rewards[i]),
-                    info_at(infos, i),
+                    step_info(infos, i, ended and contract["autoreset"] == AutoresetMode.SAME_STEP),
                     logprobs=turn.logprobs if exact else None,
                     values=turn.values if exact else None,
                     sampler_logprobs=None if exact or not turn.tokens else turn.logprobs,
@@ -346,12 +359,12 @@ class PPOAgent:
             for e, a in zip(batch, per_episode):
                 advantages.append(torch.where(e.action_mask, a, 0.0))
                 returns.append(torch.where(e.action_mask, totals.new_tensor(float(a)), 0.0))
+        flat, mask = torch.cat(advantages), torch.cat([e.action_mask for e in batch])
+        raw_std = float(flat[mask].std(unbiased=False)) if mask.any() else 0.0
         if cfg.whiten_advantages:
-            flat, mask = torch.cat(advantages), torch.cat([e.action_mask for e in batch])
-            flat = whiten(flat, mask, cfg.whiten_min_std)
-            advantages = list(flat.split([e.length for e in batch]))
+            advantages = list(whiten(flat, mask, cfg.whiten_min_std).split([e.length for e in batch]))
         kl_per_episode = torch.stack([k.sum() for k in kls])
-        return {"advantages": advantages, "returns": returns, "kl": kl_per_episode}
+        return {"advantages": advantages, "returns": returns, "kl": kl_per_episode, "raw_std": raw_std}
 
     # -------------------------------------------------------------------------------- update
     def update(self, batch: Trajectories) -> dict[str, float]:
@@ -401,12 +414,15 @@ class PPOAgent:
         metrics.update(batch.stats())
         metrics.update(
             {
+                "advantages/raw_std": targets["raw_std"],  # the signal's scale before whitening
                 "objective/kl": mean_kl,
                 "objective/kl_coef": self.kl_controller.value,
                 "optim/learning_rate": self.optimizer.param_groups[0]["lr"],
                 "time/update": time.perf_counter() - start,
             }
         )
+        if cfg.estimator == "gae":
+            metrics["value/explained_variance"] = explained_variance(batch, targets["returns"])
         self.num_updates += 1
         self.engine.sync_weights()
         return metrics
@@ -583,9 +599,13 @@ class PPOAgent:
         return EpisodeRecorder(log_dir, cfg.record_episodes, every, env_id_of(envs), self.accelerator.is_main_process)
 
     # ---------------------------------------------------------------------- save and load
-    def save(self, path: str | os.PathLike, training_state: bool = False) -> None:
-        """Writes the model (``from_pretrained``-loadable), tokenizer, value head and config;
-        with ``training_state``, also what ``learn(resume_from=...)`` needs."""
+    def save(
+        self, path: str | os.PathLike, training_state: bool = False, manifest: dict[str, Any] | None = None
+    ) -> None:
+        """Writes the model (``from_pretrained``-loadable; for LoRA, the adapters), tokenizer, value
+        head, config and a manifest (``lmgym_model.json``: the base model of adapters, and
+        ``manifest``'s entries, e.g. how the env was wrapped); with ``training_state``, also what
+        ``learn(resume_from=...)`` needs."""
         self.accelerator.wait_for_everyone()
         if not self.accelerator.is_main_process:
             return
@@ -596,6 +616,14 @@ class PPOAgent:
         policy = self.accelerator.unwrap_model(self.policy)
         torch.save(policy.value_head.state_dict(), path / "value_head.pt")
         (path / "ppo_config.json").write_text(json.dumps(self.config.to_dict(), indent=2))
+        base = self.model.get_base_model().name_or_path if self.is_peft else None
+        info = {
+            "base": base or None,
+            "adapters": self.is_peft,
+            "vocab_size": self.tokenizer.vocab_size,
+            **(manifest or {}),
+        }
+        (path / MANIFEST).write_text(json.dumps(info, indent=2))
         if self.ref_model is not None:
             self.ref_model.save_pretrained(path / "ref_model")
         if training_state:
@@ -615,7 +643,8 @@ class PPOAgent:
 
     @classmethod
     def load(cls, path: str | os.PathLike, config: PPOConfig | None = None) -> PPOAgent:
-        """An agent from ``save``: model, tokenizer, value head, reference model and config."""
+        """An agent from ``save``: model (base + adapters for LoRA, the base named by the
+        manifest), tokenizer, value head, reference model and config."""
         path = Path(path)
         if not path.is_dir():
             raise FileNotFoundError(f"no saved agent at {str(path)!r}")
@@ -626,13 +655,18 @@ class PPOAgent:
         agent.accelerator.unwrap_model(agent.policy).value_head.load_state_dict(head)
         return agent
 
+    def memory_estimate(self) -> dict[str, float]:
+        """Bytes before activations (``lmgym.agents.models.memory_estimate``)."""
+        trainable = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
+        return memory_estimate(self.model, trainable, self.ref_model)
+
     def load_training_state(self, path: str | os.PathLike) -> None:
         """Restores weights, optimizer, KL controller, counters and RNGs saved by ``learn``."""
         path = Path(path)
         if not (path / "training_state.pt").is_file():
             raise FileNotFoundError(f"{str(path)!r} is not a checkpoint with training state")
         saved = load_model(path)
-        self.model.load_state_dict(saved.state_dict())
+        self.model.load_state_dict(saved.state_dict())  # adapters: the same PeftModel layout
         policy = self.accelerator.unwrap_model(self.policy)
         policy.value_head.load_state_dict(torch.load(path / "value_head.pt"))
         if self.ref_model is not None and (path / "ref_model").is_dir():
@@ -696,8 +730,26 @@ def info_at(infos: dict[str, Any], i: int) -> dict[str, Any]:
     return out
 
 
+def step_info(infos: dict[str, Any], i: int, autoreset_same_step: bool) -> dict[str, Any]:
+    """Env ``i``'s info of this step. When its episode ended under SAME_STEP autoreset, the
+    top-level info is the next episode's reset info and this step's is in ``final_info``."""
+    if autoreset_same_step and "final_info" in infos and infos.get("_final_info", [True] * (i + 1))[i]:
+        return info_at(infos["final_info"], i)
+    return info_at(infos, i)
+
+
 def _plain(x: Any) -> Any:
     return x.item() if isinstance(x, np.generic) else x
+
+
+def explained_variance(batch: Trajectories, returns: Sequence[torch.Tensor]) -> float:
+    """1 - Var(returns - values) / Var(returns) over the batch's action tokens (CleanRL's
+    ``explained_variance``): 1 is a perfect critic, 0 no better than a constant, < 0 worse."""
+    mask = torch.cat([e.action_mask for e in batch])
+    target = torch.cat(list(returns))[mask]
+    values = torch.cat([e.values if e.values is not None else torch.zeros(e.length) for e in batch])[mask]
+    var = float(target.var(unbiased=False)) if target.numel() else 0.0
+    return float("nan") if var == 0 else 1.0 - float((target - values).var(unbiased=False)) / var
 
 
 def adamw(params: list[torch.nn.Parameter], lr: float) -> torch.optim.AdamW:
@@ -729,30 +781,6 @@ def pad_batch(rows: Sequence[torch.Tensor], pad_value: int | float) -> tuple[tor
     return out, attention
 
 
-def load_model(name_or_path: str | os.PathLike) -> PreTrainedModel:
-    """``AutoModelForCausalLM.from_pretrained``, with a clear error when nothing is there."""
-    with hub_lookup(name_or_path) as offline:
-        try:
-            return AutoModelForCausalLM.from_pretrained(name_or_path)
-        except OSError as e:
-            raise load_error("a causal LM", name_or_path, e, offline) from e
-
-
-def check_model_vocab(model: PreTrainedModel, tokenizer: Tokenizer) -> None:
-    rows = model.get_input_embeddings().num_embeddings
-    if rows < tokenizer.vocab_size:
-        raise ValueError(
-            f"the model has {rows} token embeddings but the tokenizer has {tokenizer.vocab_size} tokens: "
-            "call model.resize_token_embeddings(tokenizer.vocab_size)"
-        )
-
-
-def disable_dropout(model: torch.nn.Module) -> None:
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-
-
 def _fire(callbacks: Iterable[Callback], event: str, *args: Any) -> bool | None:
     """Calls each callback for ``event``; ``False`` if any of them asks to stop."""
     stop = False
@@ -765,4 +793,4 @@ def _fire(callbacks: Iterable[Callback], event: str, *args: Any) -> bool | None:
     return False if stop else None
 
 
-__all__ = ["EVAL_SEED_OFFSET", "PPOAgent", "as_vector_env", "load_model"]
+__all__ = ["EVAL_SEED_OFFSET", "PPOAgent", "as_vector_env", "load_model"]  # load_model: lmgym.agents.models

@@ -179,25 +179,32 @@ def default_model(
 
 
 def load_for_env(
-    name_or_path: str | os.PathLike, env_id: str, env_kwargs: dict[str, Any] | None = None
+    name_or_path: str | os.PathLike,
+    env_id: str,
+    env_kwargs: dict[str, Any] | None = None,
+    add_special_tokens: bool = False,
 ) -> tuple[PreTrainedModel, Tokenizer]:
-    """A model and its tokenizer from a name or path, with the env's markup tags added.
+    """A model and its tokenizer from a name or path (a directory of LoRA adapters saved by lmgym
+    loads its base too).
 
-    An HF tokenizer gets the tags it lacks through ``add_tokens`` and the model's embeddings
-    are resized to match; an lmgym ``ByteTokenizer`` saved with the model is used as it is.
+    The env's markup tags stay plain text, as they would for a real model, unless
+    ``add_special_tokens``: then an HF tokenizer gets the tags it lacks through ``add_tokens``
+    and the model's embeddings are resized to match. An lmgym ``ByteTokenizer`` saved with the
+    model is used as it is.
     """
-    from lmgym.agents.ppo import load_model
+    from lmgym.agents.models import load_model
     from lmgym.tokenizers import HFTokenizer, load_tokenizer
 
     model = load_model(name_or_path)
     tokenizer = load_tokenizer(name_or_path)
     if isinstance(tokenizer, HFTokenizer):
-        vocab = tokenizer.hf.get_vocab()
-        missing = [t for t in env_special_tokens(env_id, env_kwargs) if t not in vocab]
-        if missing:
-            tokenizer.hf.add_tokens(missing)
+        if add_special_tokens:
+            vocab = tokenizer.hf.get_vocab()
+            missing = [t for t in env_special_tokens(env_id, env_kwargs) if t not in vocab]
+            if missing:
+                tokenizer.hf.add_tokens(missing)
         if tokenizer.hf.pad_token is None:
             tokenizer.hf.pad_token = tokenizer.hf.eos_token
-        if model.get_input_embeddings().num_embeddings < tokenizer.vocab_size:
+        if add_special_tokens and model.get_input_embeddings().num_embeddings < tokenizer.vocab_size:
             model.resize_token_embeddings(tokenizer.vocab_size)
     return model, tokenizer

@@ -19,10 +19,32 @@ def grade_answer(text: str, answer: int | float) -> tuple[str, float, bool, bool
     right, 0.0 and terminated when wrong, feedback and no reward when there is no answer tag."""
     found = ANSWER.search(text)
     if found is None:
-        return FEEDBACK, 0.0, False, False, {"answer": None}
+        return FEEDBACK, 0.0, False, False, {"answer": None, "expected": answer}
     number = NUMBER.fullmatch(found.group(1))
     correct = number is not None and float(number.group(1)) == answer
-    return "", float(correct), True, False, {"answer": found.group(1), "correct": correct}
+    return "", float(correct), True, False, {"answer": found.group(1), "correct": correct, "expected": answer}
+
+
+RESULT = re.compile(r"<result>(.*?)</result>", re.DOTALL)
+
+
+def outcome(info: dict[str, Any], tool_results: list[str]) -> str:
+    """What the episode's latest step amounts to: ``"correct"``, ``"malformed"`` (no answer, or
+    not a number), ``"no tool"`` (answered wrongly without calling the tool), ``"operand copy"``
+    (the tool never returned the answer: the question was copied wrongly into the call) or
+    ``"result copy"`` (the tool returned the answer and the model answered something else).
+
+    Example:
+        >>> outcome({"answer": "13", "correct": False, "expected": 12}, ["12"])
+        'result copy'
+    """
+    if info.get("correct"):
+        return "correct"
+    if info.get("answer") is None or NUMBER.fullmatch(str(info["answer"])) is None:
+        return "malformed"
+    if not tool_results:
+        return "no tool"
+    return "result copy" if format_number(info["expected"]) in tool_results else "operand copy"
 
 
 class ArithmeticEnv(LMEnv):
@@ -43,7 +65,9 @@ class ArithmeticEnv(LMEnv):
     drawn from the env's RNG. ``/`` questions are built to divide exactly.
 
     ## Rewards
-    ``<answer>N</answer>``: 1.0 if N equals the result, else 0.0. Any other text: 0.0.
+    ``<answer>N</answer>``: 1.0 if N equals the result, else 0.0. Any other text: 0.0. Each
+    step's ``info["outcome"]`` classifies it: correct, malformed, no tool, operand copy (the
+    tool never returned the answer) or result copy (it did, and the answer differs).
 
     ## Episode End
     Terminated by an answer; truncated by the ``TimeLimit`` of the registered id.
@@ -95,7 +119,10 @@ class ArithmeticEnv(LMEnv):
         return f"What is {self.expression}?\n", {"expression": self.expression}
 
     def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        return grade_answer(text, self.answer)
+        obs, reward, terminated, truncated, info = grade_answer(text, self.answer)
+        results = [m.group(1) for o in self.transcript[2::2] for m in RESULT.finditer(o)]  # tool turns so far
+        info["outcome"] = outcome(info, results)  # lmgym train logs the mix of the last steps'
+        return obs, reward, terminated, truncated, info
 
     def oracle(self) -> str:
         return f"<answer>{format_number(self.answer)}</answer>"

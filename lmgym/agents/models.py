@@ -1,0 +1,183 @@
+"""Models the agent trains: loading (a name, a path, or base + LoRA adapters saved by lmgym),
+LoRA through peft, the vocabulary check, and a memory estimate before training."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedModel
+
+from lmgym.tokenizers import Tokenizer, hub_lookup, load_error
+
+MANIFEST = "lmgym_model.json"
+"""Written beside a saved model: the base it adapts (for adapters), and how it was trained
+(``chat_template``, ``system``), so ``PPOAgent.load`` and ``lmgym eval`` need no more than the dir."""
+
+LORA_ALIASES = {"alpha": "lora_alpha", "dropout": "lora_dropout", "targets": "target_modules"}
+
+
+def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    file = Path(path) / MANIFEST
+    return json.loads(file.read_text()) if file.is_file() else {}
+
+
+def is_adapter_dir(path: str | os.PathLike) -> bool:
+    return (Path(path) / "adapter_config.json").is_file()
+
+
+def load_model(name_or_path: str | os.PathLike, trainable: bool = True) -> PreTrainedModel:
+    """``AutoModelForCausalLM.from_pretrained``, with a clear error when nothing is there. A
+    directory of LoRA adapters saved by lmgym loads its base (named in the manifest or the
+    adapter config), resizes the base's embeddings to the saved tokenizer, and adds the adapters."""
+    if is_adapter_dir(name_or_path):
+        return load_adapted(Path(name_or_path), trainable)
+    with hub_lookup(name_or_path) as offline:
+        try:
+            return AutoModelForCausalLM.from_pretrained(name_or_path)
+        except OSError as e:
+            raise load_error("a causal LM", name_or_path, e, offline) from e
+
+
+def load_adapted(path: Path, trainable: bool = True) -> PreTrainedModel:
+    from peft import PeftModel
+
+    adapter = json.loads((path / "adapter_config.json").read_text())
+    base_name = read_manifest(path).get("base") or adapter.get("base_model_name_or_path")
+    if not base_name:
+        raise ValueError(f"{str(path)!r} holds LoRA adapters but names no base model")
+    base = load_model(base_name)
+    rows = _saved_vocab_size(path)
+    if rows and base.get_input_embeddings().num_embeddings != rows:
+        base.resize_token_embeddings(rows)  # the adapters were trained on the resized embeddings
+    return PeftModel.from_pretrained(base, path, is_trainable=trainable)
+
+
+def _saved_vocab_size(path: Path) -> int | None:
+    manifest = read_manifest(path)
+    return int(manifest["vocab_size"]) if manifest.get("vocab_size") else None
+
+
+def check_model_vocab(model: PreTrainedModel, tokenizer: Tokenizer) -> None:
+    rows = model.get_input_embeddings().num_embeddings
+    if rows < tokenizer.vocab_size:
+        raise ValueError(
+            f"the model has {rows} token embeddings but the tokenizer has {tokenizer.vocab_size} tokens "
+            f"(ids up to {tokenizer.vocab_size - 1}): call model.resize_token_embeddings(len(tokenizer))"
+        )
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+
+
+def linear_module_names(model: torch.nn.Module) -> list[str]:
+    """The names (last component) of the model's linear layers, which LoRA can target."""
+    from transformers.pytorch_utils import Conv1D
+
+    return sorted(
+        {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if isinstance(m, (torch.nn.Linear, Conv1D))}
+    )
+
+
+def parse_lora(spec: str) -> dict[str, Any]:
+    """``"r=16,alpha=32,targets=q_proj+v_proj"`` -> a ``PPOConfig.peft_config`` dict.
+
+    Example:
+        >>> parse_lora("r=16,alpha=32,targets=q_proj+v_proj")
+        {'r': 16, 'lora_alpha': 32, 'target_modules': ['q_proj', 'v_proj']}
+    """
+    out: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--lora {spec!r}: {item!r} is not KEY=VALUE (e.g. r=16,alpha=32,targets=q_proj+v_proj)")
+        key = LORA_ALIASES.get(key.strip(), key.strip())
+        if key == "target_modules":
+            out[key] = value.split("+") if value != "all-linear" else value
+        else:
+            try:
+                out[key] = int(value) if value.strip().lstrip("-").isdigit() else float(value)
+            except ValueError:
+                out[key] = value
+    return out
+
+
+def apply_lora(model: PreTrainedModel, spec: dict[str, Any]) -> PreTrainedModel:
+    """Wraps ``model`` in LoRA adapters (peft) from a ``peft_config`` dict; ``target_modules``
+    defaults to every linear layer but the output head. A target the model lacks is named, with
+    the modules it has."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:
+        raise ValueError("LoRA needs peft: pip install 'lmgym[peft]'") from e
+    spec = {"target_modules": "all-linear", "lora_alpha": 2 * int(spec.get("r", 8)), **spec}
+    targets = spec["target_modules"]
+    if targets != "all-linear":
+        targets = [targets] if isinstance(targets, str) else list(targets)
+        known = linear_module_names(model)
+        missing = [t for t in targets if t not in known]
+        if missing:
+            raise ValueError(
+                f"LoRA target module {missing[0]!r} is not in the model; its linear modules are: {', '.join(known)}"
+            )
+        spec["target_modules"] = targets
+    try:
+        config = LoraConfig(task_type="CAUSAL_LM", **spec)
+    except TypeError as e:
+        raise ValueError(f"bad LoRA setting: {e}") from e
+    return get_peft_model(model, config)
+
+
+def plain_peft_config(config: Any) -> dict[str, Any] | None:
+    """A ``peft_config`` as a JSON-safe dict (a ``LoraConfig`` is turned into its non-default fields)."""
+    if config is None or isinstance(config, dict):
+        return config
+    from peft import LoraConfig
+
+    defaults = LoraConfig().to_dict()
+    given = config.to_dict()
+    keep = {k: v for k, v in given.items() if v != defaults.get(k) and k not in ("peft_type", "task_type")}
+    return {k: sorted(v) if isinstance(v, set) else v for k, v in keep.items()}
+
+
+def memory_estimate(model: torch.nn.Module, trainable: int, reference: torch.nn.Module | None) -> dict[str, float]:
+    """Bytes the training will hold before activations: weights, gradients and AdamW's two
+    moments (fp32) of the trainable parameters, and the reference copy (none with LoRA)."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    ref = sum(p.numel() * p.element_size() for p in reference.parameters()) if reference is not None else 0
+    return {
+        "parameters": float(sum(p.numel() for p in model.parameters())),
+        "trainable": float(trainable),
+        "weights": float(weights),
+        "gradients": 4.0 * trainable,
+        "optimizer": 8.0 * trainable,
+        "reference": float(ref),
+    }
+
+
+def format_memory(estimate: dict[str, float]) -> str:
+    """One line for ``lmgym train`` to print before training.
+
+    Example:
+        >>> line = format_memory({"parameters": 1e6, "trainable": 1e6, "weights": 4e6, "gradients": 4e6,
+        ...                       "optimizer": 8e6, "reference": 4e6})
+        >>> line.endswith("AdamW states 7.6 MiB, reference model 3.8 MiB = 19.1 MiB")
+        True
+    """
+
+    def mib(key: str) -> str:
+        return f"{estimate[key] / 2**20:.1f} MiB"
+
+    total = sum(estimate[k] for k in ("weights", "gradients", "optimizer", "reference"))
+    ref = mib("reference") if estimate["reference"] else "none (LoRA: the base with adapters off)"
+    return (
+        f"memory before activations: weights {mib('weights')} ({estimate['parameters'] / 1e6:.2f}M parameters, "
+        f"{estimate['trainable'] / 1e6:.2f}M trainable), gradients {mib('gradients')}, AdamW states "
+        f"{mib('optimizer')}, reference model {ref} = {total / 2**20:.1f} MiB"
+    )
