@@ -74,6 +74,9 @@ def ends_turn(ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequence[s
         return True
     if not stop_strings:
         return False
+    special = getattr(tokenizer, "special_token_text", None)  # HF: a chat template's end-of-turn token
+    if special is not None and special(last) in stop_strings:
+        return True
     piece = tokenizer.decode([last])
     if piece and "\ufffd" not in piece and not any(s[-1] in piece for s in stop_strings):
         return False  # the last token cannot complete any stop string

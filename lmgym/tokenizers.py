@@ -127,6 +127,7 @@ class HFTokenizer:
         if tokenizer.eos_token_id is None:
             raise ValueError(f"{type(tokenizer).__name__} has no eos_token_id; set tokenizer.eos_token")
         self.hf = tokenizer
+        self._special: tuple[int, dict[int, str]] | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -146,6 +147,13 @@ class HFTokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         return str(self.hf.decode([int(i) for i in ids], skip_special_tokens=True))
+
+    def special_token_text(self, token_id: int) -> str | None:
+        """The text of a special token (which ``decode`` drops), e.g. a chat template's
+        ``<|im_end|>``, so a turn can end on it; ``None`` for other tokens."""
+        if self._special is None or self._special[0] != len(self.hf):
+            self._special = (len(self.hf), {i: str(self.hf.convert_ids_to_tokens(i)) for i in self.hf.all_special_ids})
+        return self._special[1].get(int(token_id))
 
     def save_pretrained(self, directory: str | os.PathLike) -> None:
         self.hf.save_pretrained(directory)

@@ -23,14 +23,20 @@ class ChatTemplate(gym.Wrapper):
     turn and the next generation prompt. Only env text is rendered; the model's tokens are
     never re-encoded.
 
+    A turn the model ended otherwise (a stop string, the length limit) gets the template's
+    end-of-turn from the env, so the token stream is always the rendered conversation.
+
     Args:
         env: an lmgym env.
         tokenizer: an HF tokenizer with a chat template (default: the env's, if it is HF).
         system: an optional system message.
+        tool_role: the role of a tool's answer (e.g. ``"tool"``, when the template renders one);
+            ``None`` renders every observation as a user turn.
     """
 
-    def __init__(self, env: gym.Env, tokenizer: Any = None, system: str | None = None):
+    def __init__(self, env: gym.Env, tokenizer: Any = None, system: str | None = None, tool_role: str | None = None):
         super().__init__(env)
+        self.tool_role = tool_role
         tok = tokenizer if tokenizer is not None else env.get_wrapper_attr("tokenizer")
         self.hf = tok.hf if isinstance(tok, HFTokenizer) else tok
         if not is_hf_tokenizer(self.hf) or not getattr(self.hf, "chat_template", None):
@@ -63,17 +69,19 @@ class ChatTemplate(gym.Wrapper):
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
         tokenizer = self.env.get_wrapper_attr("tokenizer")
         text = decode_action(tokenizer, action)
+        ids = [int(i) for i in action]
+        ended_turn = bool(ids) and self.hf.decode(ids[-1:], skip_special_tokens=False) == self.end_of_turn
         obs, reward, terminated, truncated, info = self.env.step(action)
         if terminated or truncated:
             return obs, float(reward), terminated, truncated, info
+        role = self.tool_role if self.tool_role and "tool" in info else "user"
         turn = [{"role": "assistant", "content": MARK}]
         before = self._render(self.messages + turn)
-        after = self._render(self.messages + turn + [{"role": "user", "content": obs}], generation_prompt=True)
+        after = self._render(self.messages + turn + [{"role": role, "content": obs}], generation_prompt=True)
         if not after.startswith(before):
             raise ValueError("the chat template renders earlier turns differently once a turn is added")
         closing = before[before.index(MARK, len(self._render(self.messages))) + len(MARK) :]
-        closing = (
-            closing.lstrip()[len(self.end_of_turn) :] if closing.lstrip().startswith(self.end_of_turn) else closing
-        )
-        self.messages += [{"role": "assistant", "content": text}, {"role": "user", "content": obs}]
+        if ended_turn and closing.lstrip().startswith(self.end_of_turn):  # the model wrote it: not twice
+            closing = closing.lstrip()[len(self.end_of_turn) :]
+        self.messages += [{"role": "assistant", "content": text}, {"role": role, "content": obs}]
         return closing + after[len(before) :], float(reward), terminated, truncated, info

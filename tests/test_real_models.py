@@ -1,0 +1,248 @@
+"""Bring your own model: tiny Llama, Qwen2 and Mistral models with BPE tokenizers trained here and
+chat templates of their families, trained full and with LoRA on Countdown-v0 through ChatTemplate,
+token-exact across turns, saved and evaluated in a fresh process; and the bad inputs, one line each.
+Offline: everything is built in the test."""
+
+import json
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+import torch
+
+import lmgym
+from lmgym.agents import PPOAgent, PPOConfig
+from lmgym.wrappers import ChatTemplate
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+peft = pytest.importorskip("peft")
+
+FAMILIES = {
+    "llama": {
+        "config": "LlamaConfig",
+        "special": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+        "eos": "<|eot_id|>",
+        "pad": "<|end_of_text|>",
+        "template": (
+            "{{ '<|begin_of_text|>' }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+            "{{ m['content'] }}<|eot_id|>{% endfor %}"
+            "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+        ),
+    },
+    "qwen2": {
+        "config": "Qwen2Config",
+        "special": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        "eos": "<|im_end|>",
+        "pad": "<|endoftext|>",
+        "template": (
+            "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+        ),
+    },
+    "mistral": {
+        "config": "MistralConfig",
+        "special": ["<s>", "</s>", "[INST]", "[/INST]"],
+        "eos": "</s>",
+        "pad": None,  # Mistral has none: lmgym pads with EOS
+        "template": (
+            "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
+            "{% elif m['role'] == 'assistant' %}{{ m['content'] }}</s>{% endif %}{% endfor %}"
+        ),
+    },
+}
+
+
+def corpus():
+    """A few hundred lines like the text the envs and the model exchange."""
+    env = gym.make("lmgym/Countdown-v0")
+    lines = []
+    for seed in range(300):
+        prompt, _ = env.reset(seed=seed)
+        lines += [prompt, env.get_wrapper_attr("oracle")(), "Answer with <answer>EXPR</answer>."]
+    return lines
+
+
+def build(family, path, vocab_size=400):
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    spec = FAMILIES[family]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=spec["special"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(corpus(), trainer)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=spec["eos"],
+        pad_token=spec["pad"],
+        bos_token=spec["special"][0],
+        additional_special_tokens=spec["special"],
+    )
+    hf.chat_template = spec["template"]
+    config = getattr(transformers, spec["config"])(
+        vocab_size=len(hf),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        eos_token_id=hf.eos_token_id,
+        bos_token_id=hf.bos_token_id,
+        pad_token_id=hf.pad_token_id if hf.pad_token_id is not None else hf.eos_token_id,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(path)
+    hf.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def family(request, tmp_path_factory):
+    return request.param, build(request.param, tmp_path_factory.mktemp(request.param))
+
+
+def lmgym_cli(*args):
+    return subprocess.run([sys.executable, "-m", "lmgym.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def agent_for(path, **config):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = PPOConfig(seed=0, episodes_per_update=4, mini_batch_size=4, learning_rate=1e-3, **config)
+    return PPOAgent(AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path), config=cfg)
+
+
+def countdown(agent, n=4):
+    return gym.make_vec("lmgym/Countdown-v0", num_envs=n, tokenizer=agent.tokenizer, wrappers=[ChatTemplate])
+
+
+def test_full_training_two_updates(family):
+    _, path = family
+    agent = agent_for(path)
+    before = [p.detach().clone() for p in agent.model.parameters()]
+    agent.learn(countdown(agent), total_episodes=8, progress_bar=False)
+    assert agent.num_updates == 2
+    assert any(not torch.equal(a, b) for a, b in zip(before, agent.model.parameters()))
+
+
+def test_lora_training_trains_adapters_only(family):
+    _, path = family
+    agent = agent_for(path, peft_config={"r": 4})
+    assert agent.ref_model is None  # the reference is the base with adapters off
+    base = {n: p.detach().clone() for n, p in agent.model.named_parameters() if "lora_" not in n}
+    agent.learn(countdown(agent), total_episodes=8, progress_bar=False)
+    assert agent.num_updates == 2
+    assert all(torch.equal(base[n], p) for n, p in agent.model.named_parameters() if n in base)
+    trained = [n for n, p in agent.policy.named_parameters() if p.requires_grad]
+    assert trained and all("lora_" in n or "value_head" in n for n in trained)
+
+
+def test_token_exact_across_three_turns(family):
+    """decode(the episode's token stream) is the conversation the tokenizer's own template renders,
+    with the model's turns exactly as sampled; the trained ids are the sampled ids."""
+    name, path = family
+    agent = agent_for(path, max_new_tokens=12)
+    hf = agent.tokenizer.hf
+    notes = [lambda out: "Try once more.", lambda out: f"You wrote {len(out)} characters. Last try."]
+    env = ChatTemplate(
+        gym.make("lmgym/Pipeline-v0", prompts=["Name a number."], transforms=notes, tokenizer=agent.tokenizer)
+    )
+    end_of_turn = env.end_of_turn
+    batch = agent.collect(env, num_episodes=3, seeds=[0, 1, 2], score=False)
+    for e in batch:
+        assert len(e.turn_ends) == 3
+        starts = [t for t in range(1, e.length) if e.action_mask[t] and not e.action_mask[t - 1]]
+        actions = [e.tokens[s : end + 1].tolist() for s, end in zip(starts, e.turn_ends)]
+        texts = [hf.decode(a, skip_special_tokens=True) for a in actions]
+        messages = [{"role": "user", "content": "Name a number."}]
+        for i, text in enumerate(texts):
+            messages.append({"role": "assistant", "content": text})
+            if i < len(notes):
+                messages.append({"role": "user", "content": notes[i](text)})
+        rendered = hf.apply_chat_template(messages, tokenize=False)
+        stream = hf.decode(e.tokens.tolist(), skip_special_tokens=False)
+        assert rendered.startswith(stream), name
+        assert rendered[len(stream) :].strip() in ("", end_of_turn)  # the last turn's closing, if not sampled
+        assert sum(len(a) for a in actions) == int(e.action_mask.sum())  # every sampled id is trained, nothing else
+
+
+def test_lora_cli_train_then_eval_in_a_fresh_process(family, tmp_path):
+    name, path = family
+    out = tmp_path / "run"
+    small = ["--episodes", "8", "--num-envs", "4", "--episodes-per-update", "4", "--eval-episodes", "4"]
+    result = lmgym_cli(
+        "train", "lmgym/Countdown-v0", "--model", str(path), "--chat-template", "--lora", "r=4", *small,
+        "--eval-every", "0", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "reference model none (LoRA" in result.stdout
+    manifest = json.loads((out / "model" / "lmgym_model.json").read_text())
+    assert manifest["adapters"] and manifest["base"] == str(path) and manifest["chat_template"]
+    assert (out / "model" / "adapter_config.json").is_file() and not (out / "model" / "ref_model").exists()
+    result = lmgym_cli("eval", "lmgym/Countdown-v0", "--model", str(out / "model"), "--episodes", "4", "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["episodes"] == 4
+    loaded = PPOAgent.load(out / "model")  # base + adapters, the base found through the manifest
+    assert loaded.is_peft and loaded.ref_model is None
+    if name == "llama":  # export: merged weights give the same logits as base + adapters
+        merged = tmp_path / "merged"
+        result = lmgym_cli("export", str(out / "model"), "--merged", str(merged))
+        assert result.returncode == 0, result.stderr[-3000:]
+        from transformers import AutoModelForCausalLM
+
+        ids = torch.tensor([loaded.tokenizer.encode("Use 3 5 7 to reach 15")])
+        plain = AutoModelForCausalLM.from_pretrained(merged)
+        with torch.no_grad():
+            torch.testing.assert_close(plain(ids).logits, loaded.model(input_ids=ids).logits, atol=1e-4, rtol=1e-4)
+
+
+def one_line_error(result, expected):
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and expected in lines[0], result.stderr[-2000:]
+
+
+def test_bad_inputs_are_one_line(tmp_path):
+    path = build("qwen2", tmp_path / "qwen2")
+    common = ["lmgym/Countdown-v0", "--episodes", "4", "--num-envs", "4", "--out", str(tmp_path / "run")]
+    # a LoRA target the model does not have: the modules it has are named
+    result = lmgym_cli("train", *common, "--model", str(path), "--lora", "r=4,targets=c_attn")
+    one_line_error(result, "LoRA target module 'c_attn' is not in the model; its linear modules are: ")
+    assert "q_proj" in result.stderr
+    # a chat template missing
+    from transformers import AutoTokenizer
+
+    plain = tmp_path / "plain"
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.chat_template = None
+    tok.save_pretrained(plain)
+    (plain / "chat_template.jinja").unlink(missing_ok=True)
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(path).save_pretrained(plain)
+    one_line_error(lmgym_cli("train", *common, "--model", str(plain), "--chat-template"), "has no chat template")
+    # a model whose vocabulary does not cover the tokenizer's ids
+    small = tmp_path / "small"
+    model = AutoModelForCausalLM.from_pretrained(path)
+    model.resize_token_embeddings(len(tok) - 10)
+    model.save_pretrained(small)
+    tok.save_pretrained(small)
+    one_line_error(lmgym_cli("train", *common, "--model", str(small)), "token embeddings but the tokenizer has")
+
+
+def test_env_tags_stay_text_unless_asked(tmp_path):
+    path = build("qwen2", tmp_path / "q")
+    env = gym.make("lmgym/Countdown-v0", tokenizer=str(path))
+    tok = env.get_wrapper_attr("tokenizer")
+    assert len(tok.encode("<answer>")) > 1  # plain text by default, as for a real model
+    from lmgym.agents.warmstart import load_for_env
+
+    _, added = load_for_env(path, "lmgym/Countdown-v0", add_special_tokens=True)
+    assert len(added.encode("<answer>")) == 1 and isinstance(lmgym.as_tokenizer(added), type(added))
