@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -121,7 +121,7 @@ class LMEnv(gym.Env[str, np.ndarray]):
         max_action_tokens: overrides the class default.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 4}
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "render_fps": 4}
     stop_strings: tuple[str, ...] = ()
     special_tokens: tuple[str, ...] = ()
     max_action_tokens: int = 64
@@ -139,7 +139,8 @@ class LMEnv(gym.Env[str, np.ndarray]):
         self.tokenizer: Tokenizer = as_tokenizer(tokenizer)
         if max_action_tokens is not None:
             self.max_action_tokens = int(max_action_tokens)
-        self.action_space = TokenSequence(self.tokenizer.vocab_size, self.max_action_tokens)
+        # a Sequence space whose samples are 1-D arrays (stack=True): the Env's array action type
+        self.action_space = TokenSequence(self.tokenizer.vocab_size, self.max_action_tokens)  # type: ignore[assignment]
         self.observation_space = AnyText(self.max_observation_length)
         self.transcript: list[str] = []
         self.ended: str | None = "has not started"  # why the episode cannot take a step, if it cannot

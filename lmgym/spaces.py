@@ -48,7 +48,7 @@ class TokenSequence(spaces.Sequence):
         """A random sequence; its length is uniform in ``[1, max_length]`` unless ``mask`` sets it."""
         if mask is None and probability is None:
             mask = (int(self.np_random.integers(1, self.max_length + 1)), None)
-        return super().sample(mask=mask, probability=probability)
+        return np.asarray(super().sample(mask=mask, probability=probability))
 
     def contains(self, x: Any) -> bool:
         return (

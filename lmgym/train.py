@@ -13,7 +13,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 DEFAULT_ENV = "lmgym/Calculator-v0"
 
@@ -59,6 +59,7 @@ def add_train_commands(sub: Any, usage_error: type[Exception]) -> None:
         flag = "--" + field.name.replace("_", "-")
         if field.name in ("seed", "estimator", "generation_kwargs", "peft_config"):
             continue
+        switch = "bool" in str(field.type)  # --gradient-checkpointing alone means true
         p.add_argument(
             flag,
             dest=f"cfg_{field.name}",
@@ -66,6 +67,7 @@ def add_train_commands(sub: Any, usage_error: type[Exception]) -> None:
             type=_field_type(field),
             default=None,
             help=_field_help(field),
+            **({"nargs": "?", "const": True} if switch else {}),
         )
     p.add_argument("--estimator", choices=["gae", "rloo", "grpo"], default="gae")
     p.add_argument("--generation-kwargs", type=json.loads, default=None, help="JSON of transformers generation kwargs")
@@ -140,6 +142,7 @@ def _make_agent(args: argparse.Namespace, config: Any, env_kwargs: dict[str, Any
     from lmgym.agents import PPOAgent
     from lmgym.agents.warmstart import WarmStartConfig, default_model, load_for_env
 
+    tokenizer: Any
     if args.model is None:
         print("building the default model (a tiny GPT-2, warm-started on demonstrations; cached after the first run)")
         warm = WarmStartConfig(seed=args.seed)
@@ -376,7 +379,7 @@ def export_command(args: argparse.Namespace, usage_error: type[Exception]) -> No
         model = load_model(args.model_dir, trainable=False)
     except ValueError as e:
         raise usage_error(str(e).splitlines()[0]) from e
-    merged = model.merge_and_unload()
+    merged = cast(Any, model).merge_and_unload()
     merged.save_pretrained(args.merged)
     load_tokenizer(args.model_dir).save_pretrained(args.merged)  # type: ignore[attr-defined]
     print(f"wrote the merged model to {args.merged} (loadable with AutoModelForCausalLM.from_pretrained)")

@@ -145,7 +145,7 @@ class HFEngine:
                 tokens = logits.argmax(-1)
             picked = logp.gather(-1, tokens[:, None]).squeeze(-1).tolist()
             values = policy.value_head(hidden.float()).squeeze(-1).tolist()  # V before each token
-            feed = []
+            feed: list[int | None] = []
             for i, t in enumerate(tokens.tolist()):
                 if done[i]:
                     feed.append(None)
@@ -270,7 +270,7 @@ def hf_generate(
         attention_mask[i, width - len(ctx) :] = 1
     if not kwargs.get("do_sample", True):  # greedy: sampling settings would only warn
         kwargs = {k: v for k, v in kwargs.items() if k not in ("temperature", "top_k", "top_p")}
-    model = agent.model
+    model: Any = agent.model
     was_training = model.training
     model.eval()
     out = model.generate(

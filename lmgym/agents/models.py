@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
@@ -51,9 +51,10 @@ def load_adapted(path: Path, trainable: bool = True) -> PreTrainedModel:
         raise ValueError(f"{str(path)!r} holds LoRA adapters but names no base model")
     base = load_model(base_name)
     rows = _saved_vocab_size(path)
-    if rows and base.get_input_embeddings().num_embeddings != rows:
+    embeddings: Any = base.get_input_embeddings()
+    if rows and embeddings.num_embeddings != rows:
         base.resize_token_embeddings(rows)  # the adapters were trained on the resized embeddings
-    return PeftModel.from_pretrained(base, path, is_trainable=trainable)
+    return cast(PreTrainedModel, PeftModel.from_pretrained(base, path, is_trainable=trainable))
 
 
 def _saved_vocab_size(path: Path) -> int | None:
@@ -62,7 +63,8 @@ def _saved_vocab_size(path: Path) -> int | None:
 
 
 def check_model_vocab(model: PreTrainedModel, tokenizer: Tokenizer) -> None:
-    rows = model.get_input_embeddings().num_embeddings
+    embeddings: Any = model.get_input_embeddings()
+    rows = int(embeddings.num_embeddings)
     if rows < tokenizer.vocab_size:
         raise ValueError(
             f"the model has {rows} token embeddings but the tokenizer has {tokenizer.vocab_size} tokens "
@@ -131,7 +133,7 @@ def apply_lora(model: PreTrainedModel, spec: dict[str, Any]) -> PreTrainedModel:
         config = LoraConfig(task_type="CAUSAL_LM", **spec)
     except TypeError as e:
         raise ValueError(f"bad LoRA setting: {e}") from e
-    return get_peft_model(model, config)
+    return cast(PreTrainedModel, get_peft_model(model, config))
 
 
 def plain_peft_config(config: Any) -> dict[str, Any] | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -17,7 +19,8 @@ class PolicyWithValue(nn.Module):
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
-        self.value_head = nn.Linear(model.config.hidden_size, 1, dtype=torch.float32)
+        config: Any = model.config
+        self.value_head = nn.Linear(config.hidden_size, 1, dtype=torch.float32)
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 

@@ -21,7 +21,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -228,7 +228,7 @@ class PPOAgent:
         for one episode, generating in a batch over the envs still playing. Envs whose episode
         is over get a one-token EOS action and their transitions are ignored."""
         n, k = vec.num_envs, group_size
-        obs, _ = vec.reset(seed=seeds + [None] * (n - len(seeds)))
+        obs, _ = vec.reset(seed=cast(Any, seeds + [None] * (n - len(seeds))))  # one seed per sub-env
         builders = [
             EpisodeBuilder(
                 self.tokenizer.encode(obs[i]) or [self.tokenizer.eos_token_id], seeds[i], first_group + i // k
@@ -324,7 +324,8 @@ class PPOAgent:
         """Logits of the reference model (the PEFT base with adapters off, for a PEFT model)."""
         if self.ref_model is not None:
             return self.ref_model(input_ids=tokens, attention_mask=attention).logits
-        with self.model.disable_adapter():
+        model: Any = self.model  # a PeftModel
+        with model.disable_adapter():
             return self.model(input_ids=tokens, attention_mask=attention).logits
 
     # -------------------------------------------------------------------------- advantages
@@ -348,6 +349,7 @@ class PPOAgent:
         if cfg.estimator == "gae":
             for e, r in zip(batch, rewards):
                 mask = e.action_mask
+                assert e.values is not None, "score() fills the values"
                 bootstrap = e.bootstrap_value if e.truncated else 0.0
                 adv, ret = gae(r[mask], e.values[mask], bootstrap, cfg.gamma, cfg.gae_lambda)
                 advantages.append(torch.zeros(e.length).masked_scatter(mask, adv))
@@ -616,7 +618,8 @@ class PPOAgent:
         policy = self.accelerator.unwrap_model(self.policy)
         torch.save(policy.value_head.state_dict(), path / "value_head.pt")
         (path / "ppo_config.json").write_text(json.dumps(self.config.to_dict(), indent=2))
-        base = self.model.get_base_model().name_or_path if self.is_peft else None
+        model: Any = self.model
+        base = model.get_base_model().name_or_path if self.is_peft else None
         info = {
             "base": base or None,
             "adapters": self.is_peft,
@@ -711,7 +714,7 @@ _MISSING = object()
 
 def _attr(vec: VectorEnv, name: str, default: Any = _MISSING) -> Any:
     try:
-        return vec.get_attr(name)[0]
+        return cast(Any, vec).get_attr(name)[0]  # every Gymnasium vector env has get_attr
     except AttributeError:
         if default is _MISSING:
             raise AttributeError(f"the env has no {name!r} attribute (the lmgym env contract needs it)") from None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -136,13 +136,13 @@ class EpisodeRecorder:
     def due(self, update: int, last: bool) -> bool:
         return last or update <= 1 or update % self.every == 0
 
-    def record(self, agent: PPOAgent, envs: Any, batch: Sequence[Episode] | None, update: int) -> None:
+    def record(self, agent: PPOAgent, envs: Any, batch: Iterable[Episode] | None, update: int) -> None:
         """Appends this update's episodes: ``batch`` (just trained on) and the held-out ones."""
         from lmgym.agents.ppo import EVAL_SEED_OFFSET
 
         records = []
-        if batch:
-            kept = list(batch)[: self.n]
+        kept = list(batch or [])[: self.n]
+        if kept:
             new = current_logprobs(agent, kept)
             records += [episode_record(e, agent.tokenizer, update, "train", self.env_id, n) for e, n in zip(kept, new)]
         seeds = [EVAL_SEED_OFFSET + i for i in range(self.n)]

@@ -205,6 +205,7 @@ def load_for_env(
                 tokenizer.hf.add_tokens(missing)
         if tokenizer.hf.pad_token is None:
             tokenizer.hf.pad_token = tokenizer.hf.eos_token
-        if add_special_tokens and model.get_input_embeddings().num_embeddings < tokenizer.vocab_size:
+        embeddings: Any = model.get_input_embeddings()
+        if add_special_tokens and embeddings.num_embeddings < tokenizer.vocab_size:
             model.resize_token_embeddings(tokenizer.vocab_size)
     return model, tokenizer

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+from collections.abc import Callable
 from fractions import Fraction
 
 MAX_EXPRESSION_CHARS = 256
@@ -25,7 +26,7 @@ _BINARY = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_UNARY: dict[type, Callable[[Fraction], Fraction]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 
 
 class CalculatorError(ValueError):
@@ -56,7 +57,7 @@ def _check_size(x: Fraction) -> Fraction:
 def _evaluate(node: ast.AST) -> Fraction:
     if isinstance(node, ast.Expression):
         return _evaluate(node.body)
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         if isinstance(node.value, float) and not math.isfinite(node.value):
             raise CalculatorError("numbers must be finite")
         return _check_size(Fraction(node.value))

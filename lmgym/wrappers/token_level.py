@@ -62,8 +62,8 @@ class TokenLevel(gym.Env):
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         token = int(action)
-        if not 0 <= token < self.action_space.n:
-            raise ValueError(f"token id {token} is outside the vocabulary (vocab_size={self.action_space.n})")
+        if not 0 <= token < self.tokenizer.vocab_size:
+            raise ValueError(f"token id {token} is outside the vocabulary (vocab_size={self.tokenizer.vocab_size})")
         self.turn.append(token)
         self.context.append(token)
         if not self.turn_ended():

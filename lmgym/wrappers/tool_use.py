@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 
@@ -45,7 +45,10 @@ class ToolUse(gym.Wrapper):
 
     def __init__(self, env: gym.Env, tools: Mapping[str, Tool] | Iterable[Any]):
         super().__init__(env)
-        self.tools: dict[str, Tool] = dict(tools) if isinstance(tools, Mapping) else {t.name: t for t in tools}
+        if isinstance(tools, Mapping):
+            self.tools: dict[str, Tool] = dict(tools)
+        else:
+            self.tools = {tool.name: tool for tool in cast(Iterable[Any], tools)}
         if not self.tools:
             raise ValueError("ToolUse needs at least one tool")
         for name in self.tools:
@@ -87,7 +90,8 @@ class ToolUse(gym.Wrapper):
         text = decode_action(tokenizer, action)
         call = self.find_call(text)
         if call is None:
-            return self.env.step(action)
+            obs, reward, terminated, truncated, inner_info = self.env.step(action)
+            return obs, float(reward), terminated, truncated, inner_info
         if hasattr(self.env.unwrapped, "check_can_step"):  # the checks LMEnv.step makes
             self.env.unwrapped.check_can_step()
             decode_action(tokenizer, action, self.env.get_wrapper_attr("max_action_tokens"))
