@@ -73,7 +73,7 @@ class PPOAgent:
         >>> agent = PPOAgent(model, tokenizer=lmgym.ByteTokenizer(), config=PPOConfig(seed=0))
         >>> batch = agent.collect(gym.make("lmgym/Echo-v0"), num_episodes=2)
         >>> len(batch), sorted(agent.update(batch))[:2]
-        (2, ['env/action_tokens', 'env/return'])
+        (2, ['advantages/raw_std', 'env/action_tokens'])
     """
 
     def __init__(

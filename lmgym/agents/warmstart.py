@@ -11,6 +11,7 @@ the user's cache dir, so a second run starts at once.
 from __future__ import annotations
 
 import hashlib
+import math
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -32,6 +33,11 @@ from lmgym.tokenizers import ByteTokenizer, Tokenizer
 class WarmStartConfig:
     """The default model and its supervised warm start."""
 
+    architecture: str = "llama"
+    """``"llama"`` (rotary positions) or ``"gpt2"`` (learned absolute positions). Rotary
+    positions copy numbers far better at this size: on Calculator-v0, greedy episodes that call
+    the tool for ``*`` were right 94% of the time after the 800-step warm start with ``"llama"``,
+    against 70% (800 steps, 16,000 demonstrations) and 86-88% (1,600 steps) with ``"gpt2"``."""
     n_layer: int = 4
     """Transformer blocks (the prototype's 0.8M-parameter model: 4 layers of width 128)."""
     n_embd: int = 128
@@ -42,6 +48,8 @@ class WarmStartConfig:
     measured at 27-30% over seeds 0-2; 3e-3 learned faster on one seed and failed on another)."""
     batch_size: int = 32
     learning_rate: float = 1e-3
+    lr_decay: bool = False
+    """Cosine-decay the learning rate to a tenth over the steps (else constant after warmup)."""
     demonstrations: int = 4000
     tool_rate: float = 1.0
     """Share of demonstrations that follow the env's full oracle, which calls a tool when the
@@ -96,12 +104,23 @@ def demonstrations(env: gym.Env, n: int, tokenizer: Tokenizer, tool_rate: float 
 
 
 def supervised_finetune(
-    model: PreTrainedModel, episodes: list[Episode], steps: int, batch_size: int, learning_rate: float, seed: int = 0
+    model: PreTrainedModel,
+    episodes: list[Episode],
+    steps: int,
+    batch_size: int,
+    learning_rate: float,
+    seed: int = 0,
+    decay: bool = False,
 ) -> list[float]:
     """Cross-entropy on the action tokens of ``episodes``; returns the loss per step."""
     generator = torch.Generator().manual_seed(seed)
     optimizer = adamw(list(model.parameters()), learning_rate)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20))  # warmup, then constant
+    def factor(s: int) -> float:  # 20 steps of warmup, then a cosine decay to a tenth (or constant)
+        if s < 20 or not decay:
+            return min(1.0, (s + 1) / 20)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - 20) / max(1, steps - 20)))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     model.train()
     losses = []
     for _ in range(steps):
@@ -147,6 +166,35 @@ def tiny_gpt2(
     return GPT2LMHeadModel(config)
 
 
+def tiny_llama(
+    tokenizer: Tokenizer, n_layer: int = 2, n_embd: int = 64, n_head: int = 2, n_positions: int = 256
+) -> PreTrainedModel:
+    """A small Llama (rotary positions, SwiGLU) built from a config for ``tokenizer``; the same
+    shape arguments as ``tiny_gpt2``, an MLP of 4 x ``n_embd``. Seed torch first to fix it.
+
+    Example:
+        >>> from lmgym.tokenizers import ByteTokenizer
+        >>> tiny_llama(ByteTokenizer(), n_layer=1, n_embd=16).config.vocab_size
+        258
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=n_embd,
+        intermediate_size=4 * n_embd,
+        num_hidden_layers=n_layer,
+        num_attention_heads=n_head,
+        num_key_value_heads=n_head,
+        max_position_embeddings=n_positions,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    return LlamaForCausalLM(config)
+
+
 def default_model(
     env_id: str, env_kwargs: dict[str, Any] | None = None, config: WarmStartConfig | None = None, use_cache: bool = True
 ) -> tuple[PreTrainedModel, ByteTokenizer, Path]:
@@ -163,13 +211,18 @@ def default_model(
     path = cache_dir() / "warmstart" / hashlib.sha256(key.encode()).hexdigest()[:16]
     tokenizer = ByteTokenizer(env_special_tokens(env_id, env_kwargs))
     if use_cache and (path / "config.json").is_file():
-        return GPT2LMHeadModel.from_pretrained(path), tokenizer, path
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(path), tokenizer, path
     torch.manual_seed(config.seed)
-    model = tiny_gpt2(tokenizer, config.n_layer, config.n_embd, config.n_head, config.n_positions)
+    build = tiny_llama if config.architecture == "llama" else tiny_gpt2
+    model = build(tokenizer, config.n_layer, config.n_embd, config.n_head, config.n_positions)
     env = gym.make(env_id, tokenizer=tokenizer, **env_kwargs)
     demos = demonstrations(env, config.demonstrations, tokenizer, config.tool_rate, config.seed)
     env.close()
-    supervised_finetune(model, demos, config.steps, config.batch_size, config.learning_rate, config.seed)
+    supervised_finetune(
+        model, demos, config.steps, config.batch_size, config.learning_rate, config.seed, config.lr_decay
+    )
     if use_cache:
         path.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(path)
