@@ -11,8 +11,8 @@ the user's cache dir, so a second run starts at once.
 from __future__ import annotations
 
 import hashlib
-import math
 import json
+import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -115,6 +115,7 @@ def supervised_finetune(
     """Cross-entropy on the action tokens of ``episodes``; returns the loss per step."""
     generator = torch.Generator().manual_seed(seed)
     optimizer = adamw(list(model.parameters()), learning_rate)
+
     def factor(s: int) -> float:  # 20 steps of warmup, then a cosine decay to a tenth (or constant)
         if s < 20 or not decay:
             return min(1.0, (s + 1) / 20)
