@@ -144,7 +144,7 @@ def _make_agent(args: argparse.Namespace, config: Any, env_kwargs: dict[str, Any
 
     tokenizer: Any
     if args.model is None:
-        print("building the default model (a tiny GPT-2, warm-started on demonstrations; cached after the first run)")
+        print("building the default model (a tiny Llama, warm-started on demonstrations; cached after the first run)")
         warm = WarmStartConfig(seed=args.seed)
         if getattr(args, "warmstart_steps", None) is not None:
             warm = dataclasses.replace(warm, steps=args.warmstart_steps)
@@ -309,7 +309,7 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     wall = time.perf_counter() - started
     summary = {
         "env": args.env_id,
-        "model": args.model or "default (tiny GPT-2, warm-started)",
+        "model": args.model or "default (tiny Llama, warm-started)",
         "before": {k: before[k] for k in ("success", "tool_rate", "mean_return", "errors")},
         "after": {k: after[k] for k in ("success", "tool_rate", "mean_return", "errors")},
         "wall_seconds": round(wall, 1),

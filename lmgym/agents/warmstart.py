@@ -1,4 +1,4 @@
-"""The embedded default model: a tiny GPT-2 built from a config and warm-started on demonstrations.
+"""The embedded default model: a tiny Llama built from a config and warm-started on demonstrations.
 
 No hub download: the model is built from a config, with a ``ByteTokenizer`` in which the env's
 markup tags (``special_tokens``) are single tokens, and trained briefly with a supervised loss
@@ -39,7 +39,7 @@ class WarmStartConfig:
     the tool for ``*`` were right 94% of the time after the 800-step warm start with ``"llama"``,
     against 70% (800 steps, 16,000 demonstrations) and 86-88% (1,600 steps) with ``"gpt2"``."""
     n_layer: int = 4
-    """Transformer blocks (the prototype's 0.8M-parameter model: 4 layers of width 128)."""
+    """Transformer blocks (1.08M parameters with the defaults: 4 layers of width 128)."""
     n_embd: int = 128
     n_head: int = 4
     n_positions: int = 256
