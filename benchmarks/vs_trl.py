@@ -128,24 +128,13 @@ def peak_rss_mib() -> float:
 
 
 # ------------------------------------------------------------------------------- rows
-def row_lmgym(estimator: str) -> dict[str, Any]:
-    import gymnasium as gym
+def lmgym_config(estimator: str) -> Any:
+    """The job's shape in lmgym's terms, with TRL's defaults where the two differ."""
+    from lmgym.agents import PPOConfig
 
-    import lmgym
-    from lmgym.agents import PPOAgent, PPOConfig
-
-    imported = time.perf_counter()
-    tok = make_tokenizer()
-    counted = {"tokens": 0}
-
-    def reward_fn(prompt: str, completion: str, info: dict[str, Any]) -> float:
-        counted["tokens"] += len(tok.encode(completion, add_special_tokens=False))
-        return correctness(completion, info["answer"]) + format_score(completion)
-
-    group = GENS if estimator == "grpo" else 1
-    config = PPOConfig(
+    return PPOConfig(
         estimator=estimator,
-        group_size=group,
+        group_size=GENS if estimator == "grpo" else 1,
         episodes_per_update=BATCH,
         mini_batch_size=BATCH,
         n_epochs=1,  # TRL's num_iterations=1
@@ -155,7 +144,50 @@ def row_lmgym(estimator: str) -> dict[str, Any]:
         max_grad_norm=1.0,
         seed=SEED,
     )
-    agent = PPOAgent(make_model(tok), tokenizer=tok, config=config)
+
+
+def trl_config(max_completion_length: int, **overrides: Any) -> Any:
+    """The job's shape as a ``GRPOConfig``; everything not named keeps TRL's default."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="vs_trl_"),
+        max_steps=STEPS,
+        per_device_train_batch_size=BATCH,
+        num_generations=GENS,
+        max_completion_length=max_completion_length,
+        learning_rate=LR,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=SEED,
+        **overrides,
+    )
+
+
+def row_lmgym(estimator: str) -> dict[str, Any]:
+    import gymnasium as gym
+
+    import lmgym
+    from lmgym.agents import PPOAgent
+
+    imported = time.perf_counter()
+    tok = make_tokenizer()
+    counted = {"tokens": 0}
+
+    def reward_fn(prompt: str, completion: str, info: dict[str, Any]) -> float:
+        counted["tokens"] += len(tok.encode(completion, add_special_tokens=False))
+        return correctness(completion, info["answer"]) + format_score(completion)
+
+    agent = PPOAgent(make_model(tok), tokenizer=tok, config=lmgym_config(estimator))
     envs = gym.make_vec(
         "lmgym/Prompt-v0",
         num_envs=BATCH,
@@ -183,7 +215,7 @@ def calculate(expression: str) -> str:
 def row_lmgym_multi() -> dict[str, Any]:
     import gymnasium as gym
 
-    from lmgym.agents import PPOAgent, PPOConfig
+    from lmgym.agents import PPOAgent
 
     imported = time.perf_counter()
     tok = make_tokenizer()
@@ -198,18 +230,7 @@ def row_lmgym_multi() -> dict[str, Any]:
         return correctness(outputs[-1], info["answer"]) + format_score(outputs[-1])
 
     prompts = [{"prompt": r["prompt"] + "Calculator: ", "answer": r["answer"]} for r in make_prompts()]
-    config = PPOConfig(
-        estimator="grpo",
-        group_size=GENS,
-        episodes_per_update=BATCH,
-        mini_batch_size=BATCH,
-        n_epochs=1,
-        learning_rate=LR,
-        anneal_lr=True,
-        kl_coef=0.0,
-        seed=SEED,
-    )
-    agent = PPOAgent(make_model(tok), tokenizer=tok, config=config)
+    agent = PPOAgent(make_model(tok), tokenizer=tok, config=lmgym_config("grpo"))
     envs = gym.make_vec(
         "lmgym/Pipeline-v0",
         num_envs=BATCH,
@@ -234,7 +255,7 @@ def row_lmgym_multi() -> dict[str, Any]:
 def row_trl(gradient_checkpointing: bool) -> dict[str, Any]:
     from datasets import Dataset
     from transformers import PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     imported = time.perf_counter()
     tok = make_tokenizer()
@@ -247,27 +268,7 @@ def row_trl(gradient_checkpointing: bool) -> dict[str, Any]:
         counted["tokens"] += sum(len(ids) for ids in completion_ids)
         return [format_score(c) for c in completions]
 
-    args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="vs_trl_"),
-        max_steps=STEPS,
-        per_device_train_batch_size=BATCH,
-        num_generations=GENS,
-        max_completion_length=MAX_NEW,
-        learning_rate=LR,
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
-        gradient_checkpointing=gradient_checkpointing,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        seed=SEED,
-    )
+    args = trl_config(MAX_NEW, gradient_checkpointing=gradient_checkpointing)
     trainer = GRPOTrainer(
         model=make_model(tok),
         reward_funcs=[correctness_reward, format_reward],
@@ -354,7 +355,7 @@ def primed_model(tok: Any, steps: int = 300, batch: int = 32) -> Any:
 def row_trl_multi() -> dict[str, Any]:
     from datasets import Dataset
     from transformers import PrinterCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     imported = time.perf_counter()
     tok = make_tokenizer()
@@ -373,25 +374,7 @@ def row_trl_multi() -> dict[str, Any]:
     dataset = Dataset.from_list(
         [{"prompt": [{"role": "user", "content": r["prompt"]}], "answer": r["answer"]} for r in make_prompts()]
     )
-    args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="vs_trl_env_"),
-        max_steps=STEPS,
-        per_device_train_batch_size=BATCH,
-        num_generations=GENS,
-        max_completion_length=MULTI_MAX_NEW,
-        learning_rate=LR,
-        use_cpu=True,
-        bf16=False,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
-        seed=SEED,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        reward_weights=[1.0, 0.0],
-    )
+    args = trl_config(MULTI_MAX_NEW, reward_weights=[1.0, 0.0])
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=[answer_reward, count],
