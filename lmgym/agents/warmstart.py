@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,8 +48,6 @@ class WarmStartConfig:
     1600 took the same seed to 92.5% (benchmarks/learning.py)."""
     batch_size: int = 32
     learning_rate: float = 1e-3
-    lr_decay: bool = False
-    """Cosine-decay the learning rate to a tenth over the steps (else constant after warmup)."""
     demonstrations: int = 4000
     tool_rate: float = 1.0
     """Share of demonstrations that follow the env's full oracle, which calls a tool when the
@@ -111,18 +108,12 @@ def supervised_finetune(
     batch_size: int,
     learning_rate: float,
     seed: int = 0,
-    decay: bool = False,
 ) -> list[float]:
     """Cross-entropy on the action tokens of ``episodes``; returns the loss per step."""
     generator = torch.Generator().manual_seed(seed)
     optimizer = adamw(list(model.parameters()), learning_rate)
 
-    def factor(s: int) -> float:  # 20 steps of warmup, then a cosine decay to a tenth (or constant)
-        if s < 20 or not decay:
-            return min(1.0, (s + 1) / 20)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (s - 20) / max(1, steps - 20)))
-
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20))  # warmup, then constant
     model.train()
     losses = []
     for _ in range(steps):
@@ -222,9 +213,7 @@ def default_model(
     env = gym.make(env_id, tokenizer=tokenizer, **env_kwargs)
     demos = demonstrations(env, config.demonstrations, tokenizer, config.tool_rate, config.seed)
     env.close()
-    supervised_finetune(
-        model, demos, config.steps, config.batch_size, config.learning_rate, config.seed, config.lr_decay
-    )
+    supervised_finetune(model, demos, config.steps, config.batch_size, config.learning_rate, config.seed)
     if use_cache:
         path.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(path)
