@@ -702,10 +702,7 @@ def env_id_of(envs: gym.Env | VectorEnv) -> str | None:
     """The registered id of an env or vector env, if it has one."""
     spec = getattr(envs, "spec", None)
     if spec is None and isinstance(envs, VectorEnv):
-        try:
-            spec = envs.get_attr("spec")[0]  # type: ignore[attr-defined]
-        except AttributeError:
-            spec = None
+        spec = _attr(envs, "spec", None)
     return getattr(spec, "id", None)
 
 
