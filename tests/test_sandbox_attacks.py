@@ -1,6 +1,8 @@
 """One test per attack on the Python tool, at each isolation level, each bounded in time."""
 
 import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -8,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import lmgym
+from lmgym.tools.cgroup import CallGroup
 from lmgym.tools.python import PythonTool, bwrap_problem
 
 pytestmark = pytest.mark.timeout(60)  # a regression fails instead of hanging
@@ -134,3 +137,189 @@ def test_no_network(level):
     isolated_only(level, "the network")
     code = "import socket\nprint([i for i in socket.if_nameindex()])"
     assert run(level, code).stdout.strip() == "[(1, 'lo')]"
+
+
+# ------------------------------------------------------------------ round 2: the supervisor
+def test_the_code_cannot_forge_the_status_through_proc(level):
+    code = (
+        "import os\n"
+        "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+        "    try:\n"
+        "        fds = os.listdir(f'/proc/{pid}/fd')\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    for fd in fds:\n"
+        "        try:\n"
+        "            with open(f'/proc/{pid}/fd/{fd}', 'w') as f:\n"
+        "                f.write('{\"error\": \"FORGED\"}\\n')\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "print('done')\n"
+    )
+    result = run(level, code)
+    assert result.error is None and result.returncode == 0 and not result.timed_out
+
+
+def test_the_code_cannot_find_signal_or_trace_its_supervisor(level):
+    if level == "rlimits" and os.geteuid() != 0:
+        pytest.skip("the rlimits level runs the code as the calling user, who can signal the supervisor (documented)")
+    code = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "for p in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+        "    try:\n"
+        "        cmd = open(f'/proc/{p}/cmdline', 'rb').read()\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if b'PR_SET_CHILD_SUBREAPER' in cmd:\n"
+        "        pid = int(p)\n"
+        "        print('traced' if libc.ptrace(16, pid, 0, 0) == 0 else 'no trace')\n"
+        "        try:\n"
+        "            os.kill(pid, 9)\n"
+        "            print('signalled')\n"
+        "        except OSError:\n"
+        "            print('no signal')\n"
+    )
+    result = run(level, code)
+    assert "traced" not in result.stdout and "signalled" not in result.stdout
+    assert result.error is None and result.returncode == 0
+    if level == "rlimits":
+        assert "no trace\nno signal" in result.stdout  # visible there, but out of reach
+
+
+def test_a_malformed_status_is_a_tool_failure():
+    from lmgym.tools.python import parse_status
+
+    for data in [b"", b"garbage", b"[1]", b'{"signal": "9"}', b'{"exit": 0, "error": "x"}', b'{"exit": 1e9}', b"\xff"]:
+        assert "valid status" in parse_status(data, 1)["error"], data
+    assert parse_status(b'{"timed_out": true}\n', -9) == {"timed_out": True}
+
+
+def test_a_deep_directory_chain_is_cleaned_up(level):
+    code = "import os\nprint(os.getcwd(), flush=True)\nfor _ in range(1500):\n    os.mkdir('d')\n    os.chdir('d')\nopen('f', 'w')\n"
+    result = run(level, code, timeout=8)
+    assert result.returncode == 0 and not Path(result.stdout.split()[0]).exists()
+
+
+def test_remove_tree_survives_modes_links_and_depth(tmp_path):
+    from lmgym.tools.python import remove_tree
+
+    top = tmp_path / "scratch"
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(1500):  # deeper than PATH_MAX allows to name
+        os.mkdir("dir", dir_fd=fd)
+        fd, parent = os.open("dir", os.O_RDONLY, dir_fd=fd), fd
+        os.close(parent)
+    os.close(fd)
+    (top / "link").symlink_to(tmp_path / "keep")
+    (tmp_path / "keep").mkdir()
+    (tmp_path / "keep" / "file").write_text("x")
+    locked = top / "locked"
+    (locked / "inner").mkdir(parents=True)
+    locked.chmod(0)
+    assert remove_tree(str(top)) and not top.exists()
+    assert (tmp_path / "keep" / "file").read_text() == "x"  # a link is removed, never followed
+
+
+def test_code_is_written_as_utf8_whatever_the_locale(tmp_path):
+    script = "from lmgym.tools.python import PythonTool\nprint(PythonTool(timeout=5).run(\"print('na\\u00efve')\").text)"
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "utf-8"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "naïve", out.stderr
+
+
+# ------------------------------------------------------------------ round 2: limits that hold
+def cgroup_only(level):
+    if CallGroup.create(64 << 20, 8) is None:
+        pytest.skip("no cgroup can be made here: only RLIMIT_AS bounds memory (documented)")
+
+
+def test_memory_outside_the_address_space_counts(level):
+    cgroup_only(level)
+    code = (
+        "import os\n"
+        "total = 0\n"
+        "for i in range(64):\n"
+        "    fd = os.memfd_create(f'm{i}')\n"
+        "    os.write(fd, b'x' * (16 << 20))\n"
+        "    total += 16\n"
+        "    print(total, flush=True)\n"
+    )
+    result = PythonTool(timeout=10, memory_mb=512, isolation=level).run(code)
+    reached = int(result.stdout.split()[-1]) if result.stdout.split() else 0
+    assert reached <= 512 and result.returncode != 0
+
+
+def test_tmpfs_is_bounded_under_bwrap():
+    if bwrap_problem():
+        pytest.skip(f"no bwrap level on this machine: {bwrap_problem()}")
+    code = (
+        "total = 0\n"
+        "try:\n"
+        "    for i in range(100):\n"
+        "        with open(f'/dev/shm/f{i}', 'wb') as f:\n"
+        "            f.write(b'x' * (8 << 20))\n"
+        "        total += 8\n"
+        "except OSError as e:\n"
+        "    print('refused', e.errno)\n"
+        "print(total)\n"
+    )
+    result = PythonTool(timeout=10, memory_mb=512, isolation="bwrap").run(code)
+    assert "refused 28" in result.stdout and int(result.stdout.split()[-1]) <= 128  # ENOSPC at memory_mb / 4
+
+
+def test_max_processes_holds_as_root_too(level):
+    if level == "bwrap" or os.geteuid() == 0:
+        cgroup_only(level)  # root: only a cgroup (or dropping to nobody) counts its processes
+    code = (
+        "import os, time\n"
+        "n = 1\n"
+        "for i in range(150):\n"
+        "    try:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(3)\n"
+        "            os._exit(0)\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    n += 1\n"
+        "print(n)\n"
+    )
+    result = PythonTool(timeout=5, max_processes=32, isolation=level).run(code)
+    assert result.returncode == 0 and int(result.stdout) <= 32
+
+
+def test_no_nested_user_namespace_under_bwrap():
+    if bwrap_problem():
+        pytest.skip(f"no bwrap level on this machine: {bwrap_problem()}")
+    code = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint(libc.unshare(0x10000000), ctypes.get_errno())"
+    result = PythonTool(timeout=5, isolation="bwrap").run(code)
+    assert result.stdout.split()[0] == "-1"  # CLONE_NEWUSER refused
+
+
+def test_an_interpreter_path_with_dotdot_still_gets_bwrap(monkeypatch):
+    if bwrap_problem():
+        pytest.skip(f"no bwrap level on this machine: {bwrap_problem()}")
+    exe = Path(sys.executable)
+    monkeypatch.setattr(sys, "executable", str(exe.parent / ".." / exe.parent.name / exe.name))
+    bwrap_problem.cache_clear()
+    try:
+        tool = PythonTool(timeout=5, isolation="auto")
+        assert tool.isolation == "bwrap" and tool.run("print(6 * 7)").text == "42"
+    finally:
+        bwrap_problem.cache_clear()
+
+
+def test_a_refused_bwrap_says_the_real_reason(monkeypatch, tmp_path):
+    fake = tmp_path / "bwrap"
+    fake.write_text('#!/bin/sh\necho "bwrap: Can\'t find source path /nowhere: No such file or directory" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    bwrap_problem.cache_clear()
+    try:
+        problem = bwrap_problem()
+        assert "Can't find source path /nowhere" in problem and "namespaces" not in problem
+        with pytest.raises(RuntimeError, match="source path"):
+            PythonTool(isolation="bwrap")
+    finally:
+        bwrap_problem.cache_clear()

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import resource
 import selectors
@@ -55,9 +56,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from lmgym.tools.cgroup import CallGroup
 
 ISOLATION = ("auto", "bwrap", "rlimits")
 SUPERVISOR = (Path(__file__).parent / "sandbox_supervisor.py").read_text()
@@ -66,6 +70,10 @@ HOST_GRACE = 5.0
 in at most 2 s; this is the backstop)."""
 OUTPUT_GRACE = 0.5
 """Seconds the host keeps reading output after the supervisor has exited."""
+NOBODY = 65534
+"""The user the code runs as when the host is root (``nobody``)."""
+SUPERVISOR_MB = 16
+"""Memory of the call's cgroup beyond ``memory_mb``: the supervisor's own interpreter."""
 
 
 @dataclass
@@ -125,11 +133,14 @@ class PythonTool:
 
     Args:
         timeout: wall-clock seconds before the code and all its descendants are killed.
-        memory_mb: address-space limit of each process (``RLIMIT_AS``).
+        memory_mb: memory limit. Each process's address space (``RLIMIT_AS``); and, where a
+            cgroup can be made, all the memory of the call together (tmpfs, ``memfd``, page cache).
         cpu_seconds: CPU-time limit (``RLIMIT_CPU``); defaults to ``timeout`` rounded up.
-        max_processes: ``RLIMIT_NPROC`` (no effect for root at the ``rlimits`` level).
+        max_processes: processes and threads the code may run at once (a cgroup's ``pids.max``
+            where one can be made, else ``RLIMIT_NPROC``).
         output_limit: bytes kept of stdout and of stderr.
         max_file_mb: the largest file the code may write (``RLIMIT_FSIZE``).
+        max_open_files: files the code may hold open at once (``RLIMIT_NOFILE``).
         isolation: ``"auto"`` (bwrap when it works here, else rlimits), ``"bwrap"`` (an error
             if bubblewrap is missing or cannot run) or ``"rlimits"``; see the module docs for
             what each level guarantees.
@@ -150,17 +161,23 @@ class PythonTool:
         output_limit: int = 16 * 1024,
         max_file_mb: int = 16,
         isolation: str = "auto",
+        max_open_files: int = 64,
     ):
         if isolation not in ISOLATION:
             raise ValueError(f"isolation must be one of {ISOLATION}, got {isolation!r}")
-        if timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
+        if not timeout > 0 or not math.isfinite(timeout):
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
+        for name, value in [("memory_mb", memory_mb), ("max_processes", max_processes), ("output_limit", output_limit),
+                            ("max_file_mb", max_file_mb), ("max_open_files", max_open_files)]:
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
         self.timeout = timeout
         self.memory_mb = memory_mb
         self.cpu_seconds = cpu_seconds or int(timeout) + 1
         self.max_processes = max_processes
         self.output_limit = output_limit
         self.max_file_mb = max_file_mb
+        self.max_open_files = max_open_files
         problem = bwrap_problem() if isolation != "rlimits" else None
         if isolation == "bwrap" and problem:
             raise RuntimeError(f"isolation='bwrap' is not available here: {problem}")
@@ -169,59 +186,92 @@ class PythonTool:
     def __call__(self, code: str) -> str:
         return self.run(code).text
 
-    def _limit(self) -> None:  # runs in the child, between fork and exec
+    def _limit(self, nproc: bool) -> None:  # runs in the child, between fork and exec
         mb = 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (self.memory_mb * mb, self.memory_mb * mb))
         resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_seconds, self.cpu_seconds))
-        resource.setrlimit(resource.RLIMIT_NPROC, (self.max_processes, self.max_processes))
+        if nproc:  # else the cgroup counts them, for every user, root included
+            resource.setrlimit(resource.RLIMIT_NPROC, (self.max_processes, self.max_processes))
         resource.setrlimit(resource.RLIMIT_FSIZE, (self.max_file_mb * mb, self.max_file_mb * mb))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.max_open_files, self.max_open_files))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
-    def command(self, scratch: str, status_fd: int) -> list[str]:
-        """The command line that runs the supervisor (and through it ``main.py``) in ``scratch``."""
-        supervisor = [sys.executable, "-I", "-c", SUPERVISOR, str(self.timeout), sys.executable, str(status_fd)]
-        return bwrap_prefix(scratch) + supervisor if self.isolation == "bwrap" else supervisor
+    def command(self, scratch: str) -> list[str]:
+        """The command the supervisor runs in ``scratch``: ``python -I main.py``, inside bwrap at
+        that level."""
+        code = [interpreter(), "-I", "main.py"]
+        tmpfs_bytes = self.memory_mb * 1024 * 1024 // 4
+        return bwrap_prefix(scratch, tmpfs_bytes) + code if self.isolation == "bwrap" else code
 
     def run(self, code: str) -> PythonResult:
-        with tempfile.TemporaryDirectory(prefix="lmgym-python-") as scratch:
-            (Path(scratch) / "main.py").write_text(code)
-            env = {"PATH": os.defpath, "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8"}
-            status_read, status_write = os.pipe()
-            try:
-                proc = subprocess.Popen(
-                    self.command(scratch, status_write),
-                    cwd=scratch,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    pass_fds=(status_write,),
-                    start_new_session=True,  # its own session and process group
-                    preexec_fn=self._limit,
-                )
-            finally:
-                os.close(status_write)
-            assert proc.stdout is not None and proc.stderr is not None
-            try:
-                out, err, status = read_bounded(
-                    [proc.stdout.fileno(), proc.stderr.fileno(), status_read],
-                    [self.output_limit, self.output_limit, 4096],
-                    deadline=time.monotonic() + self.timeout + HOST_GRACE,
-                )
-            finally:
-                _kill_group(proc.pid)  # the backstop: the supervisor normally left nothing
-                proc.wait()
-                os.close(status_read)
-                proc.stdout.close()
-                proc.stderr.close()
-        return self._result(out, err, status, proc.returncode)
-
-    def _result(self, out: BoundedOutput, err: BoundedOutput, status: BoundedOutput, exit_code: int) -> PythonResult:
+        """Runs ``code``; whatever the code does, returns a result (never raises for it)."""
+        scratch = tempfile.mkdtemp(prefix="lmgym-python-")
         try:
-            report = json.loads(bytes(status.data))
-        except ValueError:  # no status: the supervisor was killed, or bwrap could not start
-            report = {"error": f"the sandbox ended without a status (exit status {exit_code})"}
+            return self._run_in(scratch, code)
+        except OSError as e:  # the sandbox could not start (no fork, no pipe): the tool failed
+            return PythonResult("", "", None, False, False, self.isolation, error=f"the sandbox failed: {e}")
+        finally:
+            remove_tree(scratch)
+
+    def _run_in(self, scratch: str, code: str) -> PythonResult:
+        main = Path(scratch) / "main.py"
+        main.write_bytes(code.encode("utf-8", errors="replace"))  # UTF-8 whatever the locale
+        user = None
+        if self.isolation == "rlimits" and os.geteuid() == 0:  # root: the code runs as nobody
+            user = [NOBODY, NOBODY]
+            os.chown(scratch, NOBODY, NOBODY)
+            os.chown(main, NOBODY, NOBODY)
+        overhead = 3 if self.isolation == "bwrap" else 1  # the supervisor (and bwrap's two processes)
+        group = CallGroup.create((self.memory_mb + SUPERVISOR_MB) * 1024 * 1024, self.max_processes + overhead)
+        status_read, status_write = os.pipe()
+        config = {
+            "timeout": self.timeout,
+            "argv": self.command(scratch),
+            "status_fd": status_write,
+            "cgroups": group.procs_files if group else [],
+            "user": user,
+        }
+        env = {"PATH": os.defpath, "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8"}
+        try:
+            proc = subprocess.Popen(
+                [interpreter(), "-I", "-c", SUPERVISOR, json.dumps(config)],
+                cwd=scratch,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(status_write,),
+                start_new_session=True,  # its own session and process group
+                preexec_fn=functools.partial(self._limit, group is None),
+            )
+        except OSError:
+            os.close(status_read)
+            if group:
+                group.remove()
+            raise
+        finally:
+            os.close(status_write)
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            out, err, status = read_bounded(
+                [proc.stdout.fileno(), proc.stderr.fileno(), status_read],
+                [self.output_limit, self.output_limit, 4096],
+                deadline=time.monotonic() + self.timeout + HOST_GRACE,
+            )
+        finally:
+            _kill_group(proc.pid)  # the backstop: the supervisor normally left nothing
+            if group:
+                group.remove()  # and everything still in the cgroup, wherever it went
+            proc.wait()
+            os.close(status_read)
+            proc.stdout.close()
+            proc.stderr.close()
+        return self._result(out, err, parse_status(bytes(status.data), proc.returncode))
+
+    def _result(self, out: BoundedOutput, err: BoundedOutput, report: dict[str, Any]) -> PythonResult:
         returncode = report.get("exit", -report["signal"] if "signal" in report else None)
+        if self.isolation == "bwrap" and returncode is not None and returncode > 128:
+            returncode = 128 - returncode  # bwrap exits 128+N when signal N killed the code
         return PythonResult(
             stdout=out.text(self.output_limit),
             stderr=err.text(self.output_limit),
@@ -231,6 +281,30 @@ class PythonTool:
             isolation=self.isolation,
             error=report.get("error"),
         )
+
+
+def parse_status(data: bytes, exit_code: int | None) -> dict[str, Any]:
+    """The supervisor's status line, checked: exactly one of ``{"exit": int}``,
+    ``{"signal": int}``, ``{"timed_out": true}`` or ``{"error": str}``; anything else (nothing,
+    garbage, a forged shape) is reported as a failure of the sandbox, never raised.
+
+    Example:
+        >>> parse_status(b'{"exit": 0}\\n', 0), parse_status(b'{"signal": 9}', 0)
+        ({'exit': 0}, {'signal': 9})
+        >>> parse_status(b'{"exit": "0"}', 0)["error"]
+        'the sandbox ended without a valid status (exit status 0)'
+    """
+    try:
+        report = json.loads(data.decode("utf-8"))
+    except ValueError:
+        report = None
+    if isinstance(report, dict) and len(report) == 1:
+        (key, value), = report.items()
+        if key in ("exit", "signal") and type(value) is int and 0 <= value < 256:
+            return report
+        if (key, value) == ("timed_out", True) or (key == "error" and isinstance(value, str)):
+            return {key: value[:500] if isinstance(value, str) else value}
+    return {"error": f"the sandbox ended without a valid status (exit status {exit_code})"}
 
 
 class BoundedOutput:
@@ -281,18 +355,27 @@ def read_bounded(fds: list[int], limits: list[int], deadline: float) -> list[Bou
     return [outputs[fd] for fd in fds]
 
 
+def interpreter() -> str:
+    """The Python that runs the code: this one, as an absolute path without ``..`` (symlinks kept,
+    so a virtual environment stays one)."""
+    return os.path.abspath(sys.executable)
+
+
 def _read_only_paths() -> list[str]:
     """What the sandboxed interpreter needs: system libraries, the Python installation and the
     virtual environment it runs from (never the project or the home directory as a whole)."""
     system = ["/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin"]
-    python = [sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    python = [sys.base_prefix, sys.prefix, os.path.dirname(interpreter()), os.path.dirname(os.path.realpath(sys.executable))]
+    python = [os.path.abspath(p) for p in python] + [os.path.realpath(p) for p in python]
     return [p for p in dict.fromkeys(system + python) if os.path.lexists(p)]
 
 
-def bwrap_prefix(scratch: str) -> list[str]:
+def bwrap_prefix(scratch: str, tmpfs_bytes: int = 128 * 1024 * 1024) -> list[str]:
     """The ``bwrap`` arguments that put a command in the sandbox described in the module docs."""
-    args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL"]
-    args += ["--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    args = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--unshare-user", "--disable-userns"]
+    args += ["--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp"]
+    args += ["--size", str(tmpfs_bytes), "--tmpfs", "/dev/shm"]
     for path in _read_only_paths():
         if os.path.islink(path):  # merged /usr: /bin -> usr/bin
             args += ["--symlink", os.readlink(path), path]
@@ -306,20 +389,74 @@ def bwrap_problem() -> str | None:
     """Why the bwrap level cannot run here, or ``None`` when it can (checked once per process)."""
     if shutil.which("bwrap") is None:
         return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
-    with tempfile.TemporaryDirectory(prefix="lmgym-python-") as scratch:
-        try:
-            probe = subprocess.run(
-                [*bwrap_prefix(scratch), sys.executable, "-I", "-c", "pass"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
-        except subprocess.TimeoutExpired:
-            return "bwrap did not start within 30 s"
-    if probe.returncode != 0:
-        lines = (probe.stderr or "").strip().splitlines() or [f"exit status {probe.returncode}"]
-        return f"bwrap cannot create the sandbox ({lines[-1]}); unprivileged user namespaces may be off"
-    return None
+    scratch = tempfile.mkdtemp(prefix="lmgym-python-")
+    try:
+        probe = subprocess.run(
+            [*bwrap_prefix(scratch), interpreter(), "-I", "-c", "pass"], capture_output=True, text=True, timeout=30
+        )
+    except subprocess.TimeoutExpired:
+        return "bwrap did not start within 30 s"
+    finally:
+        remove_tree(scratch)
+    if probe.returncode == 0:
+        return None
+    said = (probe.stderr or "").strip().splitlines()
+    reason = said[-1] if said else f"exit status {probe.returncode}"
+    if "namespace" in reason.lower() or "operation not permitted" in reason.lower():
+        reason += " (unprivileged user namespaces may be off: sysctl kernel.unprivileged_userns_clone=1)"
+    return f"bwrap cannot run {interpreter()} in the sandbox: {reason}"
+
+
+def remove_tree(path: str, seconds: float = 60.0) -> bool:
+    """Deletes a directory the sandboxed code wrote in, whatever it holds (a chain thousands of
+    directories deep, unreadable modes, FIFOs, symlinks), without recursion and never following a
+    link: every subdirectory is first moved up to the top, so no path grows long. Stops after
+    ``seconds``; never raises. True when the directory is gone."""
+    deadline = time.monotonic() + seconds
+    tag = uuid.uuid4().hex[:8]
+    try:
+        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return not os.path.lexists(path)
+    pending: list[str | None] = [None]  # None: the top itself
+    moved = 0
+    try:
+        while pending and time.monotonic() < deadline:
+            name = pending.pop()
+            try:
+                if name is not None:
+                    os.chmod(name, 0o700, dir_fd=top)  # a mode the code set cannot stop the host
+                fd = top if name is None else os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+            except OSError:
+                continue
+            try:
+                for entry in list(os.scandir(fd)):
+                    try:
+                        if not entry.is_dir(follow_symlinks=False):
+                            os.unlink(entry.name, dir_fd=fd)
+                        elif name is None:
+                            pending.append(entry.name)
+                        else:
+                            moved += 1
+                            os.rename(entry.name, f".rm-{tag}-{moved}", src_dir_fd=fd, dst_dir_fd=top)
+                            pending.append(f".rm-{tag}-{moved}")
+                    except OSError:
+                        continue
+            finally:
+                if fd != top:
+                    os.close(fd)
+            if name is not None:
+                try:
+                    os.rmdir(name, dir_fd=top)
+                except OSError:
+                    pass
+    finally:
+        os.close(top)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+    return not os.path.lexists(path)
 
 
 def _kill_group(pgid: int) -> None:

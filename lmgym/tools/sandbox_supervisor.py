@@ -1,15 +1,25 @@
-"""The Python tool's supervisor: runs ``main.py`` and leaves no descendant alive.
+"""The Python tool's supervisor: runs the sandboxed command and leaves no descendant alive.
 
-``PythonTool`` passes this file's source to ``python -I -c`` inside the sandbox (under bwrap the
-package is not visible there), with three arguments: the wall-clock timeout in seconds, the
-interpreter to run the code with, and the file descriptor of a status pipe the host owns.
+``PythonTool`` passes this file's source to ``python -I -c`` on the host side of the sandbox
+(outside bubblewrap, so the code never sees it), with one argument, a JSON object:
+``timeout`` (wall-clock seconds), ``argv`` (the command: ``bwrap ... python -I main.py`` or
+``python -I main.py``), ``status_fd`` (a pipe the host owns), ``cgroups`` (``cgroup.procs``
+files to join first, possibly none) and ``user`` (``[uid, gid]`` to run the command as, or
+``null``).
+
+The supervisor cannot be reached from the code: the status pipe is never inherited, the
+supervisor is not dumpable (no ``ptrace``, no ``/proc/<pid>/fd`` for a process without
+``CAP_SYS_PTRACE``), and with ``user`` the code runs as another user (``nobody``) that can
+neither signal nor trace it. Under bubblewrap the code is in another PID namespace and cannot
+name it at all.
 
 The supervisor makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so every
 descendant that leaves its process group or session (``setsid`` after a double fork) is
-re-parented to it rather than to init. It runs the code in a process group of its own, waits for
-it at most ``timeout`` seconds, then kills that group and, wave after wave, every process that
-was re-parented to it, until it has no child left. Last, it writes one JSON line to the status
-pipe: ``{"exit": code}``, ``{"signal": number}`` or ``{"timed_out": true}``.
+re-parented to it rather than to init. It runs the command in a process group of its own, waits
+for it at most ``timeout`` seconds, then kills that group and, wave after wave, every process
+that was re-parented to it, until it has no child left. Last, it writes one JSON line to the
+status pipe: ``{"exit": code}``, ``{"signal": number}``, ``{"timed_out": true}`` or
+``{"error": text}``.
 
 Standard library only: it must run on the bare interpreter.
 """
@@ -21,12 +31,44 @@ import signal
 import sys
 import time
 
-PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+PR_SET_DUMPABLE, PR_SET_KEEPCAPS, PR_SET_CHILD_SUBREAPER = 4, 8, 36  # <linux/prctl.h>
+PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 38, 47, 2
+CAP_DAC_READ_SEARCH, CAPABILITY_VERSION_3 = 2, 0x20080522  # <linux/capability.h>
 SWEEP_SECONDS = 5.0
+LIBC = ctypes.CDLL(None, use_errno=True)
 
 
-def children() -> list[int]:
-    """The supervisor's live children, read from ``/proc`` (its view: the sandbox's PID namespace)."""
+def prctl(option: int, arg: int = 0) -> None:
+    if LIBC.prctl(option, arg, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
+
+
+def become(uid: int, gid: int) -> None:
+    """Root only, in the child before exec: become ``uid``/``gid`` with one capability kept,
+    ``CAP_DAC_READ_SEARCH`` (read access to the interpreter wherever it is installed, e.g. under
+    ``/root``), and no way back (``no_new_privs``)."""
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    prctl(PR_SET_KEEPCAPS, 1)
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    bit = 1 << CAP_DAC_READ_SEARCH
+    data = (Data * 2)(Data(bit, bit, bit), Data(0, 0, 0))
+    if LIBC.capset(ctypes.byref(Header(CAPABILITY_VERSION_3, 0)), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+    if LIBC.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_DAC_READ_SEARCH, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "raising the ambient capability failed")
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+def children() -> list:
+    """The supervisor's live children, read from ``/proc``."""
     me, found = os.getpid(), []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -42,7 +84,7 @@ def children() -> list[int]:
 
 
 def sweep(group: int) -> None:
-    """Kills the code's process group, then every descendant re-parented to the supervisor."""
+    """Kills the command's process group, then every descendant re-parented to the supervisor."""
     try:
         os.killpg(group, signal.SIGKILL)
     except OSError:
@@ -62,31 +104,59 @@ def sweep(group: int) -> None:
         time.sleep(0.005)
 
 
+def set_oom_score_adj(value: int) -> None:
+    """Best effort: lowering it needs ``CAP_SYS_RESOURCE``, which a container may not grant."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(value))
+    except OSError:
+        pass
+
+
 def on_alarm(signum: int, frame: object) -> None:
     raise TimeoutError
 
 
+def run_child(config: dict) -> None:
+    """In the forked child: its own process group, the most killable under memory pressure,
+    another user if asked, then the command. Never returns."""
+    try:
+        os.setpgid(0, 0)
+        prctl(PR_SET_DUMPABLE, 1)  # its own /proc files again (exec would reset it anyway)
+        set_oom_score_adj(1000)
+        if config.get("user"):
+            become(*config["user"])
+        os.execv(config["argv"][0], config["argv"])
+    except BaseException as e:
+        os.write(2, f"sandbox: could not start the code: {e}\n".encode())
+    finally:
+        os._exit(127)
+
+
 def main() -> None:
-    timeout, interpreter, status_fd = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    os.set_inheritable(status_fd, False)  # the code never sees the status pipe
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        os.write(status_fd, b'{"error": "prctl(PR_SET_CHILD_SUBREAPER) failed"}\n')
+    config = json.loads(sys.argv[1])
+    status_fd = int(config["status_fd"])
+    os.set_inheritable(status_fd, False)  # the code never holds the status pipe
+    try:
+        for procs in config.get("cgroups", []):
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+        set_oom_score_adj(-1000)  # an out-of-memory kill in the cgroup takes the code, not the supervisor
+        prctl(PR_SET_DUMPABLE, 0)  # no ptrace and no /proc/<pid>/fd of the supervisor
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
+    except OSError as e:
+        os.write(status_fd, json.dumps({"error": f"the sandbox could not start: {e}"}).encode() + b"\n")
         sys.exit(1)
     pid = os.fork()
     if pid == 0:
-        try:
-            os.setpgid(0, 0)
-            os.execv(interpreter, [interpreter, "-I", "main.py"])
-        finally:
-            os._exit(127)
+        run_child(config)
     try:
         os.setpgid(pid, pid)  # also here, so the group exists whichever side runs first
     except OSError:
         pass
     signal.signal(signal.SIGALRM, on_alarm)
     try:
-        signal.setitimer(signal.ITIMER_REAL, timeout)
+        signal.setitimer(signal.ITIMER_REAL, float(config["timeout"]))
         _, status = os.waitpid(pid, 0)
         result = {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"exit": os.WEXITSTATUS(status)}
     except TimeoutError:
