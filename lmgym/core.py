@@ -9,7 +9,8 @@ keeps the transcript (``prompt + action_1 + obs_1 + ...``) that ``render()`` sho
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -56,6 +57,61 @@ def check_token_ids(action: Any, vocab_size: int, max_length: int | None = None)
 def decode_action(tokenizer: Tokenizer, action: Any, max_length: int | None = None) -> str:
     """The text of an action: its token ids checked (``check_token_ids``), then decoded."""
     return tokenizer.decode(check_token_ids(action, tokenizer.vocab_size, max_length).tolist())
+
+
+def fit_text(text: str, max_length: int) -> str:
+    """``text`` cut to at most ``max_length`` characters, saying so at its end, so that what a model
+    or a tool wrote can never push an observation outside its space.
+
+    Example:
+        >>> fit_text("x" * 100, 40)
+        'xxxxxxxxxxxxxxxxxx\\n[cut: 100 characters]'
+        >>> len(fit_text("x" * 100, 40)), fit_text("short", 40)
+        (40, 'short')
+    """
+    if len(text) <= max_length:
+        return text
+    note = f"\n[cut: {len(text)} characters]"
+    return (text[: max(0, max_length - len(note))] + note)[-max_length:] if max_length > 0 else ""
+
+
+def call_with_timeout(fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> tuple[bool, Any]:
+    """``(True, fn(*args))``, or ``(False, None)`` when ``fn`` has not returned after ``timeout``
+    seconds (it is left running in a daemon thread, which cannot block the process's exit). An
+    exception ``fn`` raises is raised here. ``timeout=None`` calls ``fn`` directly.
+
+    Example:
+        >>> import time
+        >>> call_with_timeout(sum, [1, 2], timeout=1.0), call_with_timeout(time.sleep, 5, timeout=0.05)
+        ((True, 3), (False, None))
+    """
+    if timeout is None:
+        return True, fn(*args)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:
+            box["error"] = e
+
+    thread = threading.Thread(target=target, daemon=True, name=f"lmgym-call-{getattr(fn, '__name__', 'fn')}")
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return False, None
+    if "error" in box:
+        raise box["error"]
+    return True, box["value"]
+
+
+def check_timeout(name: str, value: float | None) -> float | None:
+    """``value`` as a float when it is a positive finite number of seconds, ``None`` as is."""
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise ValueError(f"{name} must be a positive number of seconds or None, got {value!r}")
+    return float(value)
 
 
 def ends_turn(ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequence[str]) -> bool:
@@ -119,6 +175,8 @@ class LMEnv(gym.Env[str, np.ndarray]):
             or ``None`` for ``ByteTokenizer``.
         render_mode: ``"ansi"`` (``render()`` returns the transcript) or ``"human"`` (prints it).
         max_action_tokens: overrides the class default.
+        max_observation_length: overrides the class default (characters of one observation;
+            longer ones are cut, saying so, and a longer prompt is an error).
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "render_fps": 4}
@@ -132,13 +190,20 @@ class LMEnv(gym.Env[str, np.ndarray]):
         tokenizer: Any = None,
         render_mode: str | None = None,
         max_action_tokens: int | None = None,
+        max_observation_length: int | None = None,
     ):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode {render_mode!r} is not one of {self.metadata['render_modes']}")
         self.render_mode = render_mode
         self.tokenizer: Tokenizer = as_tokenizer(tokenizer)
         if max_action_tokens is not None:
+            if int(max_action_tokens) < 1:
+                raise ValueError(f"max_action_tokens must be at least 1, got {max_action_tokens}")
             self.max_action_tokens = int(max_action_tokens)
+        if max_observation_length is not None:
+            if int(max_observation_length) < 64:
+                raise ValueError(f"max_observation_length must be at least 64, got {max_observation_length}")
+            self.max_observation_length = int(max_observation_length)
         # a Sequence space whose samples are 1-D arrays (stack=True): the Env's array action type
         self.action_space = TokenSequence(self.tokenizer.vocab_size, self.max_action_tokens)  # type: ignore[assignment]
         self.observation_space = AnyText(self.max_observation_length)
@@ -159,6 +224,7 @@ class LMEnv(gym.Env[str, np.ndarray]):
         self.check_can_step()
         text = decode_action(self.tokenizer, action, self.max_action_tokens)
         obs, reward, terminated, truncated, info = self.step_text(text)
+        obs = fit_text(obs, self.max_observation_length)
         self.record(text, obs, "terminated" if terminated else "truncated" if truncated else None)
         return obs, float(reward), bool(terminated), bool(truncated), info
 
@@ -193,6 +259,11 @@ def _recording_reset(reset: Any) -> Any:
     @functools.wraps(reset)
     def recording_reset(self: LMEnv, *, seed: int | None = None, options: dict | None = None):
         prompt, info = reset(self, seed=seed, options=options)
+        if len(prompt) > self.max_observation_length:
+            raise ValueError(
+                f"{type(self).__name__}: a prompt of {len(prompt)} characters is longer than the observation "
+                f"space allows (max_observation_length={self.max_observation_length}); pass a larger one"
+            )
         if self.transcript != [prompt] and self.render_mode == "human":  # a subclass's super().reset printed it
             print(prompt, end="", flush=True)
         self.transcript, self.ended = [prompt], None

@@ -146,3 +146,98 @@ def test_the_agent_refuses_a_turn_budget_over_the_envs_bound():
     agent = PPOAgent(tiny_gpt2(tokenizer, n_layer=1, n_embd=16), tokenizer, config=PPOConfig(max_new_tokens=100))
     with pytest.raises(ValueError, match="max_new_tokens=100 is more than the env's max_action_tokens=32"):
         agent.collect(gym.make("lmgym/Calculator-v0"), num_episodes=1)
+
+
+# ------------------------------------------------------------------ round 2: no model action crashes a step
+HOSTILE = [
+    "<calc>2**1700/3</calc>",
+    "<calc>9**500/7</calc>",
+    "<calc>1e308*10/3</calc>",
+    "<calc>" + "(" * 60 + "1" + ")" * 60 + "</calc>",
+    "<python>print('x' * 5000)</python>",
+    "<python>print('naïve ' * 2000)</python>",
+    "<answer>" + "9" * 60 + "</answer>",
+    "9" * 200,
+    "<calc>",
+    "",
+]
+
+
+@pytest.mark.parametrize("env_id", sorted(i for i in gym.registry if i.startswith("lmgym/")))
+def test_hostile_actions_stay_inside_the_observation_space(env_id):
+    env = gym.make(env_id)
+    longest = env.get_wrapper_attr("max_action_tokens")
+    for text in HOSTILE:
+        env.reset(seed=0)
+        obs, reward, *_ = env.step(encode(env, text)[:longest])
+        assert env.observation_space.contains(obs), (text, len(obs))
+        assert math.isfinite(reward)
+
+
+@pytest.mark.parametrize("expression", ["2**1700/3", "9**500/7", "1e308*10/3"])
+def test_calculator_overflow_is_an_error_result(expression):
+    env = gym.make("lmgym/Calculator-v0")
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(encode(env, f"<calc>{expression}</calc>"))
+    assert obs == "<result>error: result too large</result>" and reward == 0 and not (terminated or truncated)
+
+
+def test_a_flooding_tool_keeps_an_async_vector_env_alive():
+    envs = gym.make_vec("lmgym/PythonTool-v0", num_envs=2, vectorization_mode="async")
+    try:
+        envs.reset(seed=0)
+        tokenizer = envs.get_attr("tokenizer")[0]
+        action = np.array(tokenizer.encode("<python>print('x' * 5000)</python>"), dtype=np.int64)
+        obs, *_ = envs.step((action, action))
+        assert all(len(o) <= 4096 and "[cut: " in o and o.endswith("</result>") for o in obs)
+        obs, _ = envs.reset(seed=1)  # still alive
+        assert all(o.startswith("How") or "?" in o for o in obs)
+    finally:
+        envs.close()
+
+
+def test_a_huge_tool_answer_is_cut_inside_the_result_tags():
+    env = ToolUse(EchoEnv(max_action_tokens=32), {"big": lambda text: "y" * 100_000})
+    env.reset(seed=0)
+    obs, *_ = env.step(encode(env, "<big>go</big>"))
+    assert len(obs) <= 4096 and obs.startswith("<result>yyy") and obs.endswith("[cut: 100000 characters]</result>")
+
+
+def test_a_huge_transform_output_is_cut():
+    env = PipelineEnv(transforms=[lambda text: "z" * 50_000])
+    env.reset(seed=0)
+    obs, *_ = env.step(encode(env, "red"))
+    assert env.observation_space.contains(obs) and obs.endswith("[cut: 50000 characters]")
+
+
+def test_a_prompt_longer_than_the_space_is_a_clear_error():
+    with pytest.raises(ValueError, match="a prompt of 5000 characters is longer than the observation space"):
+        PromptEnv(prompts=["p" * 5000]).reset(seed=0)
+    env = PromptEnv(prompts=["p" * 5000], max_observation_length=8192)
+    assert env.reset(seed=0)[0] == "p" * 5000 and env.observation_space.max_length == 8192
+
+
+def test_a_hanging_reward_fn_ends_the_episode_with_a_timeout():
+    env = PromptEnv(reward_fn=lambda p, c, i: time.sleep(30) or 1.0, reward_timeout=0.2)
+    env.reset(seed=0)
+    start = time.perf_counter()
+    obs, reward, terminated, truncated, info = env.step(encode(env, "hi"))
+    assert time.perf_counter() - start < 2
+    assert (obs, reward, terminated, truncated) == ("", 0.0, True, False)
+    assert "reward_fn did not return within 0.2 s" in info["timeout"]
+
+
+def test_a_hanging_transform_ends_the_episode_with_a_timeout():
+    env = PipelineEnv(transforms=[lambda text: time.sleep(30) or "next"], transform_timeout=0.2)
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(encode(env, "red"))
+    assert (obs, reward, terminated) == ("", 0.0, True) and "transforms[0] did not return" in info["timeout"]
+    with pytest.raises(ValueError, match="transform_timeout must be a positive number"):
+        PipelineEnv(transform_timeout=-1)
+
+
+def test_a_hanging_tool_answers_timed_out():
+    env = ToolUse(EchoEnv(max_action_tokens=32), {"slow": lambda text: time.sleep(30) or "late"}, tool_timeout=0.2)
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(encode(env, "<slow>x</slow>"))
+    assert obs == "<result>error: timed out</result>" and info["tool_timeout"] == 0.2

@@ -120,7 +120,7 @@ def test_fuzz_never_crashes(env_id, data):
             action = list(encode(env, data.draw(st.text(max_size=40))))
         action = action[:longest]
         obs, reward, terminated, truncated, _ = env.step(action)
-        assert isinstance(obs, str) and np.isfinite(reward)
+        assert isinstance(obs, str) and np.isfinite(reward) and env.observation_space.contains(obs)
         if terminated or truncated:
             env.reset()
 

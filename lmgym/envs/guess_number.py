@@ -7,7 +7,7 @@ from typing import Any
 
 from lmgym.core import LMEnv
 
-INTEGER = re.compile(r"-?\d+")
+INTEGER = re.compile(r"-?\d{1,30}")  # longer digit runs are not a guess (and int() refuses > 4300 digits)
 
 
 class GuessNumberEnv(LMEnv):

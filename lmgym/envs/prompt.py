@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from lmgym.core import LMEnv
+from lmgym.core import LMEnv, call_with_timeout, check_timeout
 
 RewardFn = Callable[[str, Any, dict[str, Any]], float]
 
@@ -67,12 +67,17 @@ class TaskSource:
         raise ValueError(f"a task is a string or a dict with a {self.prompt_key!r} key, got {task!r:.100}")
 
 
-def call_reward(reward_fn: RewardFn, prompt: str, completion: Any, info: dict[str, Any]) -> float:
+def call_reward(
+    reward_fn: RewardFn, prompt: str, completion: Any, info: dict[str, Any], timeout: float | None = None
+) -> float | None:
     """Calls the user's reward function. An exception is re-raised with the inputs that broke it;
-    a result that is not a finite number raises ``ValueError`` naming them too."""
+    a result that is not a finite number raises ``ValueError`` naming them too. ``None`` when it
+    has not returned after ``timeout`` seconds."""
     where = f"\n  prompt: {prompt!r:.300}\n  completion: {completion!r:.300}"
     try:
-        reward = reward_fn(prompt, completion, info)
+        done, reward = call_with_timeout(reward_fn, prompt, completion, info, timeout=timeout)
+        if not done:
+            return None
     except Exception as e:
         raise RuntimeError(f"reward_fn raised {type(e).__name__}: {e}{where}") from e
     if not isinstance(reward, numbers.Real) and hasattr(reward, "item"):
@@ -109,13 +114,15 @@ class PromptEnv(LMEnv):
     ## Rewards
     Whatever ``reward_fn`` returns; a reward function that raises stops the episode with an
     error naming the prompt and completion. Default: exact match with the task's ``target``.
+    With ``reward_timeout``, a reward function that has not returned after that many seconds
+    gives 0.0 and ``info["timeout"]`` says so.
 
     ## Episode End
     Terminated after one action.
 
     ## Arguments
     ``gym.make("lmgym/Prompt-v0", prompts=[...], reward_fn=fn, prompt_key="prompt",
-    stop_strings=(), tokenizer=None)``
+    stop_strings=(), reward_timeout=None, max_observation_length=4096, tokenizer=None)``
 
     ## Version History
     - v0: first version.
@@ -130,8 +137,11 @@ class PromptEnv(LMEnv):
         prompt_key: str = "prompt",
         stop_strings: Sequence[str] = (),
         max_action_tokens: int | None = None,
+        reward_timeout: float | None = None,
+        max_observation_length: int | None = None,
     ):
-        super().__init__(tokenizer, render_mode, max_action_tokens)
+        super().__init__(tokenizer, render_mode, max_action_tokens, max_observation_length)
+        self.reward_timeout = check_timeout("reward_timeout", reward_timeout)
         self.tasks = TaskSource(DEFAULT_TASKS if prompts is None else prompts, prompt_key)
         self.reward_fn = reward_fn or exact_match
         self.stop_strings = tuple(stop_strings)
@@ -143,8 +153,14 @@ class PromptEnv(LMEnv):
         return self.prompt, dict(self.fields)
 
     def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        reward = call_reward(self.reward_fn, self.prompt, text, dict(self.fields))
-        return "", reward, True, False, {"completion": text}
+        return self.score(text, {"completion": text})
+
+    def score(self, completion: Any, info: dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """The last step: ``reward_fn``'s reward (0.0 and ``info["timeout"]`` if it timed out)."""
+        reward = call_reward(self.reward_fn, self.prompt, completion, dict(self.fields), self.reward_timeout)
+        if reward is None:
+            info["timeout"] = f"reward_fn did not return within {self.reward_timeout:g} s: reward 0.0"
+        return "", reward or 0.0, True, False, info
 
     def oracle(self) -> str:
         """The task's ``target`` field, when it has one."""
@@ -190,14 +206,15 @@ class PipelineEnv(PromptEnv):
 
     ## Rewards
     0 for every call but the last; then ``reward_fn(prompt_1, outputs, info)``. Default: the
-    second output spells the first one backwards.
+    second output spells the first one backwards. ``reward_timeout`` as in ``Prompt-v0``.
 
     ## Episode End
-    Terminated after ``len(transforms) + 1`` calls.
+    Terminated after ``len(transforms) + 1`` calls; or at once, with reward 0.0 and
+    ``info["timeout"]``, when a transform has not returned after ``transform_timeout`` seconds.
 
     ## Arguments
     ``gym.make("lmgym/Pipeline-v0", prompts=[...], transforms=[F_1, ...], reward_fn=R,
-    tokenizer=None)``
+    reward_timeout=None, transform_timeout=None, tokenizer=None)``
 
     ## Version History
     - v0: first version.
@@ -208,9 +225,11 @@ class PipelineEnv(PromptEnv):
         prompts: Any = None,
         transforms: Sequence[Callable[[str], str]] | None = None,
         reward_fn: RewardFn | None = None,
+        transform_timeout: float | None = None,
         **kwargs: Any,
     ):
         super().__init__(DEFAULT_PIPELINE if prompts is None else prompts, reward_fn or reversed_correctly, **kwargs)
+        self.transform_timeout = check_timeout("transform_timeout", transform_timeout)
         self.transforms = list(transforms) if transforms is not None else [reverse_request]
         self.outputs: list[str] = []
 
@@ -222,14 +241,19 @@ class PipelineEnv(PromptEnv):
         self.outputs.append(text)
         call = len(self.outputs)
         if call <= len(self.transforms):
-            return self.transform(call - 1, text), 0.0, False, False, {"call": call}
-        reward = call_reward(self.reward_fn, self.prompt, list(self.outputs), dict(self.fields))
-        return "", reward, True, False, {"call": call, "outputs": list(self.outputs)}
+            obs = self.transform(call - 1, text)
+            if obs is None:
+                timeout = f"transforms[{call - 1}] did not return within {self.transform_timeout:g} s: reward 0.0"
+                return "", 0.0, True, False, {"call": call, "timeout": timeout}
+            return obs, 0.0, False, False, {"call": call}
+        return self.score(list(self.outputs), {"call": call, "outputs": list(self.outputs)})
 
-    def transform(self, index: int, text: str) -> str:
-        """``transforms[index](text)``; an exception is re-raised naming the index, prompt and input."""
+    def transform(self, index: int, text: str) -> str | None:
+        """``transforms[index](text)``, or ``None`` after ``transform_timeout``; an exception is
+        re-raised naming the index, prompt and input."""
         try:
-            return str(self.transforms[index](text))
+            done, obs = call_with_timeout(self.transforms[index], text, timeout=self.transform_timeout)
+            return str(obs) if done else None
         except Exception as e:
             raise RuntimeError(
                 f"transforms[{index}] raised {type(e).__name__}: {e}\n  prompt: {self.prompt!r:.300}\n"

@@ -96,6 +96,10 @@ def evaluate(expression: str) -> int | float:
         Traceback (most recent call last):
         ...
         lmgym.tools.calculator.CalculatorError: result too large
+        >>> evaluate("2**1700/3")
+        Traceback (most recent call last):
+        ...
+        lmgym.tools.calculator.CalculatorError: result too large
     """
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise CalculatorError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
@@ -103,8 +107,15 @@ def evaluate(expression: str) -> int | float:
         tree = ast.parse(expression.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise CalculatorError("invalid expression") from e
-    value = _evaluate(tree)
-    return value.numerator if value.denominator == 1 else float(value)
+    try:
+        value = _evaluate(tree)
+        return value.numerator if value.denominator == 1 else float(value)
+    except CalculatorError:
+        raise
+    except OverflowError as e:  # a quotient too large for a float: 2**1700/3
+        raise CalculatorError("result too large") from e
+    except (ArithmeticError, ValueError, RecursionError, MemoryError) as e:  # whatever else: still an answer
+        raise CalculatorError(f"cannot compute this ({type(e).__name__})") from e
 
 
 def format_number(value: int | float) -> str:

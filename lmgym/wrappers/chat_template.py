@@ -7,6 +7,7 @@ from typing import Any
 import gymnasium as gym
 
 from lmgym.core import decode_action
+from lmgym.spaces import AnyText
 from lmgym.tokenizers import HFTokenizer, is_hf_tokenizer
 
 MARK = "\ue000lmgym-assistant-turn\ue000"  # a private-use placeholder for the model's turn
@@ -49,6 +50,10 @@ class ChatTemplate(gym.Wrapper):
         self.end_of_turn = special[-1] if special else suffix.strip()
         if not self.end_of_turn:
             raise ValueError("could not find the chat template's end-of-turn marker")
+        inner = getattr(env.observation_space, "max_length", None)
+        if inner is not None:  # the template's own text around the env's: a larger space
+            empty = [{"role": role, "content": ""} for role in ("user", "assistant", tool_role or "user")]
+            self.observation_space = AnyText(inner + len(self._render(empty, generation_prompt=True)) + 256)
 
     @property
     def stop_strings(self) -> tuple[str, ...]:

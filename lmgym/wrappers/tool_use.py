@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import gymnasium as gym
 
-from lmgym.core import decode_action
+from lmgym.core import call_with_timeout, check_timeout, decode_action, fit_text
 
 Tool = Callable[[str], str]
 
@@ -24,7 +24,9 @@ class ToolUse(gym.Wrapper):
 
     A tool is a callable ``str -> str``. A tool that also has ``run(input)`` returning a result
     with ``text`` and ``info`` (``PythonTool``) has that info reported in ``info["tool_info"]``.
-    A tool that raises is re-raised as ``RuntimeError`` naming the tool, its input and the prompt.
+    A tool that raises is re-raised as ``RuntimeError`` naming the tool, its input and the prompt;
+    one that has not answered after ``tool_timeout`` seconds answers ``error: timed out``. A
+    tool's answer longer than the observation space allows is cut, saying so, inside the tags.
 
     ``stop_strings`` add the tools' closing tags, ``special_tokens`` the tools' tags and the
     result tags, and ``oracle()`` calls the tool first when the inner env says the task needs it
@@ -33,6 +35,7 @@ class ToolUse(gym.Wrapper):
     Args:
         env: an lmgym env (anything with ``tokenizer``, ``stop_strings`` and ``oracle``).
         tools: a mapping of tag name to tool, or tools that have a ``name`` attribute.
+        tool_timeout: seconds a tool call may take (``None``: no limit; ``PythonTool`` has its own).
 
     Example:
         >>> from lmgym.envs.calculator import ArithmeticEnv
@@ -43,8 +46,9 @@ class ToolUse(gym.Wrapper):
         '<result>42</result>'
     """
 
-    def __init__(self, env: gym.Env, tools: Mapping[str, Tool] | Iterable[Any]):
+    def __init__(self, env: gym.Env, tools: Mapping[str, Tool] | Iterable[Any], tool_timeout: float | None = None):
         super().__init__(env)
+        self.tool_timeout = check_timeout("tool_timeout", tool_timeout)
         if isinstance(tools, Mapping):
             self.tools: dict[str, Tool] = dict(tools)
         else:
@@ -102,7 +106,8 @@ class ToolUse(gym.Wrapper):
         else:
             info.update(self.call_tool(name, tool_input))
         self.tool_calls += 1
-        obs = f"<result>{info['tool_output']}</result>"
+        room = getattr(self.observation_space, "max_length", 4096) - len("<result></result>")
+        obs = f"<result>{fit_text(info['tool_output'], room)}</result>"
         if hasattr(self.env.unwrapped, "record"):
             self.env.unwrapped.record(text, obs)
         return obs, 0.0, False, False, info
@@ -110,11 +115,14 @@ class ToolUse(gym.Wrapper):
     def call_tool(self, name: str, tool_input: str) -> dict[str, Any]:
         """Runs a tool: ``{"tool_output": text}``, plus ``"tool_info"`` for a tool with ``run``."""
         tool = self.tools[name]
+        run = getattr(tool, "run", None)
         try:
-            if callable(getattr(tool, "run", None)):
-                result = tool.run(tool_input)  # type: ignore[attr-defined]
+            done, result = call_with_timeout(run if callable(run) else tool, tool_input, timeout=self.tool_timeout)
+            if not done:
+                return {"tool_output": "error: timed out", "tool_timeout": self.tool_timeout}
+            if callable(run):
                 return {"tool_output": str(result.text), "tool_info": dict(result.info)}
-            return {"tool_output": str(tool(tool_input))}
+            return {"tool_output": str(result)}
         except Exception as e:
             transcript = self.env.unwrapped.transcript if hasattr(self.env.unwrapped, "transcript") else [""]
             raise RuntimeError(
