@@ -84,10 +84,16 @@ def cmd_play(args: argparse.Namespace, read: Any = input) -> None:
 def cmd_view(args: argparse.Namespace) -> None:
     from lmgym.report import build_report, serve
 
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
     try:
-        path = build_report(args.run_dir, args.out)
-    except FileNotFoundError as e:
+        path, skipped = build_report(args.run_dir, args.out)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
         raise UsageError(str(e)) from e
+    except OSError as e:
+        raise UsageError(f"cannot write the report: {e.strerror or e}") from e
+    for what in skipped:
+        print(f"skipped: {what}", file=sys.stderr)
     print(f"wrote {path} (open it in a browser)")
     if args.serve:
         try:

@@ -66,32 +66,76 @@ def color_scale(episodes: Iterable[dict[str, Any]], quantile: float = 0.95) -> f
     return values[min(len(values) - 1, int(quantile * len(values)))] or values[-1]
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The objects of a JSONL file; a half-written last line (a run still going) is skipped."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
+def read_jsonl(path: str | os.PathLike) -> tuple[list[dict[str, Any]], int]:
+    """The objects of a JSONL file and how many lines were skipped: a half-written last line (a
+    run still going, or a line cut inside a UTF-8 character), a line that is not a JSON object,
+    binary junk. Non-finite numbers become ``None``."""
+    out, skipped = [], 0
+    with open(path, "rb") as f:
+        for raw in f:
+            if not raw.strip():
                 continue
-    return out
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                skipped += 1
+                continue
+            if isinstance(obj, dict):
+                out.append(finite(obj))
+            else:
+                skipped += 1
+    return out, skipped
+
+
+def finite(data: Any) -> Any:
+    """``data`` with every non-finite float replaced by ``None`` (JSON has no NaN).
+
+    Example:
+        >>> finite({"a": [1.0, float("nan")], "b": float("inf")})
+        {'a': [1.0, None], 'b': None}
+    """
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {str(k): finite(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [finite(v) for v in data]
+    return data
 
 
 def read_metrics(path: str | os.PathLike) -> dict[str, list[list[float]]]:
-    """``metrics.csv`` as ``{column: [[step, value], ...]}``, empty and non-finite cells left out."""
+    """``metrics.csv`` as ``{column: [[step, value], ...]}``, empty and non-finite cells left out;
+    ``ValueError`` when it has no ``step`` column."""
     series: dict[str, list[list[float]]] = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            step = float(row["step"])
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        reader = csv.DictReader(f)
+        if "step" not in (reader.fieldnames or []):
+            raise ValueError("it has no step column")
+        for row in reader:
+            try:
+                step = float(row["step"])
+            except (TypeError, ValueError):
+                continue
             for key, cell in row.items():
                 try:
                     value = float(cell)
                 except (TypeError, ValueError):
                     continue
-                if key != "step" and math.isfinite(value):
+                if key is not None and key != "step" and math.isfinite(value) and math.isfinite(step):
                     series.setdefault(key, []).append([step, value])
     return series
+
+
+def shown_episode(e: dict[str, Any], scale: float) -> dict[str, Any]:
+    """An episode as the page shows it (``colors`` from its advantages); ``ValueError`` when it
+    lacks what the page needs."""
+    text, mask = e.get("text"), e.get("mask")
+    if not isinstance(text, list) or not isinstance(mask, list) or len(text) != len(mask):
+        raise ValueError("not an episode")
+    adv = e.get("adv") or [None] * sum(bool(m) for m in mask)
+    if not isinstance(adv, list):
+        raise ValueError("not an episode")
+    return {**e, "colors": [diverging_color(a if isinstance(a, (int, float)) else None, scale) for a in adv]}
 
 
 def report_data(
@@ -102,11 +146,14 @@ def report_data(
     title: str = "lmgym run",
 ) -> dict[str, Any]:
     """What the page shows; each episode gets ``colors`` (one per action token) from its advantages."""
+    episodes = [e for e in episodes if isinstance(e.get("adv") or [], list)]
     scale = color_scale(episodes)
-    shown = []
+    shown, skipped = [], []
     for e in episodes:
-        adv = e.get("adv") or [None] * sum(e["mask"])
-        shown.append({**e, "colors": [diverging_color(a, scale) for a in adv]})
+        try:
+            shown.append(shown_episode(e, scale))
+        except (ValueError, TypeError):
+            skipped.append(e)
     metrics = metrics or {}
     curves = {
         name: {
@@ -121,6 +168,7 @@ def report_data(
         "config": config or {},
         "curves": {name: lines for name, lines in curves.items() if lines},
         "episodes": shown,
+        "skipped": [f"{len(skipped)} records that are not episodes"] if skipped else [],
     }
 
 
@@ -155,26 +203,50 @@ def write_html(path: str | os.PathLike, data: dict[str, Any]) -> Path:
     return path
 
 
-def build_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
-    """Writes ``RUN_DIR/report.html`` (or ``out``) from what the run directory holds."""
+def build_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> tuple[Path, list[str]]:
+    """Writes ``RUN_DIR/report.html`` (or ``out``) from what the run directory holds; returns
+    the path and what was skipped (unreadable files, broken lines), which the page also names."""
     run = Path(run_dir)
     if not run.is_dir():
         raise FileNotFoundError(f"no run directory at {str(run)!r}")
+    target = Path(out) if out is not None else run / REPORT_FILE
+    if target.is_dir():
+        raise FileNotFoundError(f"--out {str(target)!r} is a directory: name the report file")
     files = {name: run / name for name in ("metrics.csv", "episodes.jsonl", "config.json", "summary.json")}
     if not files["metrics.csv"].is_file() and not files["episodes.jsonl"].is_file():
         raise FileNotFoundError(f"{str(run)!r} has neither metrics.csv nor episodes.jsonl: is it a run directory?")
+    skipped: list[str] = []
 
     def load(name: str) -> Any:
-        return json.loads(files[name].read_text()) if files[name].is_file() else None
+        if not files[name].is_file():
+            return None
+        try:
+            data = finite(json.loads(files[name].read_bytes().decode("utf-8")))
+            if isinstance(data, dict):
+                return data
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            pass
+        skipped.append(f"{name} (not a JSON object)")
+        return None
 
-    data = report_data(
-        read_jsonl(files["episodes.jsonl"]) if files["episodes.jsonl"].is_file() else [],
-        read_metrics(files["metrics.csv"]) if files["metrics.csv"].is_file() else {},
-        load("config.json"),
-        load("summary.json"),
-        title=f"lmgym run: {run.resolve().name}",
-    )
-    return write_html(out or run / REPORT_FILE, data)
+    episodes: list[dict[str, Any]] = []
+    if files["episodes.jsonl"].is_file():
+        episodes, bad = read_jsonl(files["episodes.jsonl"])
+        if bad:
+            skipped.append(f"{bad} unreadable lines of episodes.jsonl")
+    metrics: dict[str, list[list[float]]] = {}
+    if files["metrics.csv"].is_file():
+        try:
+            metrics = read_metrics(files["metrics.csv"])
+        except (ValueError, csv.Error) as e:
+            skipped.append(f"metrics.csv ({e})")
+    summary = load("summary.json") or {}
+    for phase in ("before", "after"):
+        if not isinstance(summary.get(phase), dict):
+            summary.pop(phase, None)
+    data = report_data(episodes, metrics, load("config.json"), summary, title=f"lmgym run: {run.resolve().name}")
+    data["skipped"] = skipped + data["skipped"]
+    return write_html(target, data), data["skipped"]
 
 
 def serve(path: str | os.PathLike, port: int = 8000) -> None:

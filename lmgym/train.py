@@ -53,8 +53,12 @@ def add_train_commands(sub: Any, usage_error: type[Exception]) -> None:
         "--add-special-tokens", action="store_true", help="add the env's tags to an HF tokenizer as tokens (and resize)"
     )
     p.add_argument(
-        "--resume", default=None, metavar="CHECKPOINT", help="continue from a checkpoint (OUT/checkpoints/last)"
+        "--resume",
+        default=None,
+        metavar="CHECKPOINT",
+        help="continue from a checkpoint (OUT/checkpoints/last, or the run dir OUT)",
     )
+    p.add_argument("--overwrite", action="store_true", help="replace the run already in --out (default: refuse)")
     for field in dataclasses.fields(PPOConfig):
         flag = "--" + field.name.replace("_", "-")
         if field.name in ("seed", "estimator", "generation_kwargs", "peft_config"):
@@ -88,6 +92,7 @@ def add_train_commands(sub: Any, usage_error: type[Exception]) -> None:
     p = sub.add_parser("export", help="merge a LoRA run's adapters into its base and save a plain model")
     p.add_argument("model_dir", help="a directory saved by lmgym train (base + adapters)")
     p.add_argument("--merged", required=True, metavar="OUT", help="where to write the merged model")
+    p.add_argument("--overwrite", action="store_true", help="replace what OUT holds (default: refuse a non-empty OUT)")
     p.set_defaults(func=lambda args: export_command(args, usage_error))
 
 
@@ -116,14 +121,35 @@ def _field_help(field: dataclasses.Field) -> str:
     return f"PPOConfig.{field.name} (default: {field.default})".replace("%", "%%")
 
 
+RUN_FILES = (
+    "model",
+    "checkpoints",
+    "metrics.csv",
+    "episodes.jsonl",
+    "summary.json",
+    "config.json",
+    "transcripts.md",
+    "learning_curve.png",
+    "report.html",
+    "tensorboard",
+)
+"""What ``lmgym train`` writes to ``--out``: a directory holding any of these holds a run."""
+
+
 def _check_inputs(args: argparse.Namespace, usage_error: type[Exception]) -> None:
+    from lmgym.agents.checkpoints import CheckpointError, resolve
     from lmgym.cli import make_env, parse_kwargs
 
     make_env(args.env_id, **parse_kwargs(args.env_arg)).close()  # a bad --env-arg fails here, in one line
-    if args.episodes < 1:
-        raise usage_error(f"--episodes must be at least 1, got {args.episodes}")
-    if args.num_envs < 1:
-        raise usage_error(f"--num-envs must be at least 1, got {args.num_envs}")
+    for flag, least in [("episodes", 1), ("num_envs", 1), ("eval_episodes", 1), ("threads", 1), ("eval_every", 0)]:
+        value = getattr(args, flag, None)
+        if value is not None and value < least:
+            raise usage_error(f"--{flag.replace('_', '-')} must be at least {least}, got {value}")
+    if getattr(args, "warmstart_steps", None) is not None and args.warmstart_steps < 0:
+        raise usage_error(f"--warmstart-steps must be at least 0, got {args.warmstart_steps}")
+    kwargs = getattr(args, "generation_kwargs", None)
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise usage_error(f"--generation-kwargs must be a JSON object, got {json.dumps(kwargs):.80}")
     if (
         args.model is not None
         and not os.path.exists(args.model)
@@ -133,9 +159,43 @@ def _check_inputs(args: argparse.Namespace, usage_error: type[Exception]) -> Non
     out = getattr(args, "out", None)
     if out is not None and os.path.exists(out) and not os.path.isdir(out):
         raise usage_error(f"--out {out!r} is a file, not a directory")
-    resume = getattr(args, "resume", None)
-    if resume is not None and not os.path.isfile(os.path.join(resume, "training_state.pt")):
-        raise usage_error(f"--resume {resume!r} is not a checkpoint (no training_state.pt in it)")
+    if getattr(args, "resume", None) is not None:
+        try:
+            resolve(args.resume)
+        except CheckpointError as e:
+            raise usage_error(f"--resume: {e}") from e
+
+
+def _claim_run_dir(args: argparse.Namespace, usage_error: type[Exception]) -> Any:
+    """Locks ``--out`` for this run (a second ``lmgym train`` on it is refused) and refuses to
+    write over a run there unless ``--resume`` continues it or ``--overwrite`` replaces it.
+    Returns the open lock file, held until the process ends."""
+    import fcntl
+    import shutil
+
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        lock = open(out / ".lmgym.lock", "a+")  # noqa: SIM115 (held for the whole run)
+    except OSError as e:
+        raise usage_error(f"--out {str(out)!r}: {e.strerror or e}") from e
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        lock.close()
+        raise usage_error(f"another lmgym train is writing to {str(out)!r}: wait for it, or use another --out") from e
+    existing = [name for name in RUN_FILES if (out / name).exists()]
+    if existing and args.resume is None:
+        if not args.overwrite:
+            lock.close()
+            raise usage_error(
+                f"--out {str(out)!r} holds a run already ({', '.join(existing[:3])}): continue it with "
+                f"--resume {out / 'checkpoints' / 'last'}, pick a new --out, or pass --overwrite to replace it"
+            )
+        for name in existing:
+            path = out / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return lock
 
 
 def _make_agent(args: argparse.Namespace, config: Any, env_kwargs: dict[str, Any], usage_error: type[Exception]) -> Any:
@@ -157,6 +217,11 @@ def _make_agent(args: argparse.Namespace, config: Any, env_kwargs: dict[str, Any
                 f"{args.env_id} has no oracle to warm-start the default model from ({e}); pass --model"
             ) from e
     else:
+        from lmgym.agents.checkpoints import find_damaged
+
+        damaged = find_damaged(args.model) if os.path.isdir(args.model) else None
+        if damaged:
+            raise usage_error(f"--model: {damaged}")
         try:
             model, tokenizer = load_for_env(
                 args.model, args.env_id, env_kwargs, getattr(args, "add_special_tokens", False)
@@ -272,7 +337,7 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     if problem:
         raise usage_error(problem)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    lock = _claim_run_dir(args, usage_error)  # noqa: F841 (held until the process ends)
     agent = _make_agent(args, config, env_kwargs, usage_error)
     _check_chat_template(args, agent.tokenizer, usage_error)
     from lmgym.agents.models import format_memory
@@ -289,14 +354,19 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
         logger.log(eval_metrics(before), 0)
         logger.close()
     evaluator = _Evaluator(eval_envs, min(100, args.eval_episodes), args.eval_every, args.eval_episodes, args.episodes)
-    agent.learn(
-        envs,
-        total_episodes=args.episodes,
-        callbacks=[evaluator],
-        log_dir=out,
-        checkpoint_dir=out / "checkpoints",
-        resume_from=args.resume,
-    )
+    from lmgym.agents.checkpoints import CheckpointError
+
+    try:
+        agent.learn(
+            envs,
+            total_episodes=args.episodes,
+            callbacks=[evaluator],
+            log_dir=out,
+            checkpoint_dir=out / "checkpoints",
+            resume_from=args.resume,
+        )
+    except CheckpointError as e:
+        raise usage_error(f"--resume: {e}") from e
     after, after_batch = evaluator.final or evaluate(agent, eval_envs, args.eval_episodes)
     agent.save(out / "model", manifest={"env": args.env_id, "chat_template": args.chat_template, "system": args.system})
     plot_learning_curve(out / "metrics.csv", out / "learning_curve.png", f"{args.env_id}: PPO ({config.estimator})")
@@ -374,14 +444,22 @@ def export_command(args: argparse.Namespace, usage_error: type[Exception]) -> No
 
     if not is_adapter_dir(args.model_dir):
         raise usage_error(f"{args.model_dir!r} holds no LoRA adapters (no adapter_config.json): nothing to merge")
+    target = Path(args.merged)
+    if target.exists() and not target.is_dir():
+        raise usage_error(f"--merged {args.merged!r} is a file, not a directory")
+    if target.is_dir() and any(target.iterdir()) and not args.overwrite:
+        raise usage_error(f"--merged {args.merged!r} is not empty: pick a new directory or pass --overwrite")
     _quiet_transformers()
     try:
         model = load_model(args.model_dir, trainable=False)
     except ValueError as e:
         raise usage_error(str(e).splitlines()[0]) from e
     merged = cast(Any, model).merge_and_unload()
-    merged.save_pretrained(args.merged)
-    load_tokenizer(args.model_dir).save_pretrained(args.merged)  # type: ignore[attr-defined]
+    from lmgym.agents.checkpoints import written_aside
+
+    with written_aside(target) as tmp:  # the old contents stay until the new ones are complete
+        merged.save_pretrained(tmp)
+        load_tokenizer(args.model_dir).save_pretrained(tmp)  # type: ignore[attr-defined]
     print(f"wrote the merged model to {args.merged} (loadable with AutoModelForCausalLM.from_pretrained)")
 
 

@@ -37,7 +37,7 @@ def run_dir(tmp_path_factory):
 
 
 def test_learn_keeps_a_bounded_number_of_episodes_at_several_points(run_dir):
-    records = read_jsonl(run_dir / EPISODES_FILE)
+    records, _ = read_jsonl(run_dir / EPISODES_FILE)
     by_update = {}
     for r in records:
         by_update.setdefault(r["update"], []).append(r["kind"])
@@ -52,7 +52,7 @@ def test_learn_keeps_a_bounded_number_of_episodes_at_several_points(run_dir):
 
 def test_a_record_round_trips_the_episode(run_dir):
     tokenizer = lmgym.ByteTokenizer(TAGS)
-    for r in read_jsonl(run_dir / EPISODES_FILE):
+    for r in read_jsonl(run_dir / EPISODES_FILE)[0]:
         actions = sum(r["mask"])
         assert len(r["text"]) == len(r["mask"]) and len(r["turn_ends"]) == len(r["rewards"])
         assert all(r["mask"][t] for t in r["turn_ends"]) and sum(r["rewards"]) == r["return"]
@@ -142,7 +142,7 @@ def test_the_report_renders_in_a_real_browser(run_dir):
     browser_path = chromium()
     if browser_path is None:
         pytest.skip("no Chromium on this machine (.ci/run installs Debian's chromium when it can)")
-    report = build_report(run_dir)
+    report, _ = build_report(run_dir)
     errors = []
     flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
     with sync_api.sync_playwright() as p:
@@ -152,7 +152,7 @@ def test_the_report_renders_in_a_real_browser(run_dir):
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(report.as_uri())
-        records = read_jsonl(run_dir / EPISODES_FILE)
+        records, _ = read_jsonl(run_dir / EPISODES_FILE)
         assert page.locator(".episode").count() == len(records)
         assert page.locator(".chart svg polyline.series").count() >= 6  # success, return, tool rate, KL, ...
         assert page.locator("svg[data-metric='success'] polyline[data-key='env/success']").count() == 1

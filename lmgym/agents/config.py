@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,6 +114,21 @@ class PPOConfig:
         from lmgym.agents.models import plain_peft_config
 
         self.peft_config = plain_peft_config(self.peft_config)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value}")
+        if not isinstance(self.generation_kwargs, dict):
+            raise ValueError(f"generation_kwargs must be a dict of keyword arguments, got {self.generation_kwargs!r:.80}")
+        for name in ("learning_rate", "clip_range", "max_grad_norm"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("kl_coef", "ent_coef", "vf_coef", "checkpoint_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
         if self.kl_penalty not in ("reward", "loss"):

@@ -44,10 +44,12 @@ class MetricsLogger:
         row = {"step": step, **metrics}
         self.rows = [r for r in self.rows if int(float(r["step"])) < step] + [row]
         columns = list(dict.fromkeys(k for r in self.rows for k in r))
-        with open(self.csv_path, "w", newline="") as f:
+        partial = self.csv_path.with_name(f".{self.csv_path.name}.partial")
+        with open(partial, "w", newline="") as f:  # then renamed: a kill never leaves half a file
             writer = csv.DictWriter(f, fieldnames=columns)
             writer.writeheader()
             writer.writerows(self.rows)
+        os.replace(partial, self.csv_path)
         if self.tensorboard is not None:
             self.tensorboard.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
 

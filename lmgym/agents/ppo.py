@@ -15,6 +15,7 @@ Every stage is a method a subclass can override (``generate``, ``compute_rewards
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import random
@@ -31,6 +32,7 @@ from accelerate.utils import set_seed
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from transformers import PreTrainedModel
 
+from lmgym.agents import checkpoints
 from lmgym.agents.advantages import gae, grpo_advantages, rloo_advantages, whiten
 from lmgym.agents.config import PPOConfig
 from lmgym.agents.engines import Engine, Generation, make_engine
@@ -540,7 +542,9 @@ class PPOAgent:
             raise ValueError(f"total_episodes must be >= 1, got {total_episodes}")
         callbacks = list(callbacks)
         if resume_from is not None:
-            self.load_training_state(resume_from)
+            resumed = self.load_training_state(resume_from, envs)
+            if self.accelerator.is_main_process:
+                print(f"resumed from {resumed} (update {self.num_updates}, {self.num_episodes} episodes)")
         logger = MetricsLogger(log_dir, self.config.to_dict()) if log_dir and self.accelerator.is_main_process else None
         recorder = self.make_recorder(envs, log_dir, total_episodes)
         if recorder and self.num_updates == 0:
@@ -578,8 +582,7 @@ class PPOAgent:
             )
             every, done = self.config.checkpoint_every, self.num_episodes >= total_episodes
             if checkpoint_dir and (stop or done or (every and self.num_updates % every == 0)):
-                path = Path(checkpoint_dir) / "last"
-                self.save(path, training_state=True)
+                path = self.save_checkpoint(checkpoint_dir, envs)
                 _fire(callbacks, "on_checkpoint", self, path)
             if stop:
                 break
@@ -607,17 +610,47 @@ class PPOAgent:
         """Writes the model (``from_pretrained``-loadable; for LoRA, the adapters), tokenizer, value
         head, config and a manifest (``lmgym_model.json``: the base model of adapters, and
         ``manifest``'s entries, e.g. how the env was wrapped); with ``training_state``, also what
-        ``learn(resume_from=...)`` needs."""
+        ``learn(resume_from=...)`` needs. Everything is written aside and renamed into place, so
+        ``path`` holds the old save or the new one, never half of one."""
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            with checkpoints.written_aside(Path(path)) as tmp:
+                self._write(tmp, training_state, manifest)
+
+    def save_checkpoint(self, checkpoint_dir: str | os.PathLike, envs: gym.Env | VectorEnv | None = None) -> Path:
+        """Writes ``checkpoint_dir/update-NNNNNN`` (model, optimizer, counters, RNGs, and a manifest
+        written last) and points ``checkpoint_dir/last`` at it; see ``lmgym.agents.checkpoints``."""
+        checkpoint_dir = Path(checkpoint_dir)
+        name = f"update-{self.num_updates:06d}"
         self.accelerator.wait_for_everyone()
         if not self.accelerator.is_main_process:
-            return
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
+            return checkpoint_dir / name
+        with checkpoints.written_aside(checkpoint_dir / name) as tmp:
+            self._write(tmp, training_state=True)
+            info = {
+                "num_updates": self.num_updates,
+                "num_episodes": self.num_episodes,
+                "model_signature": checkpoints.model_signature(self.model),
+                "env": self.env_fingerprint(envs),
+            }
+            checkpoints.finish(tmp, info)
+        return checkpoints.publish(checkpoint_dir, name)
+
+    def env_fingerprint(self, envs: gym.Env | VectorEnv | None) -> dict[str, Any]:
+        """What a checkpoint must share with the run that resumes it: the env id and the tokens."""
+        vocab = [self.tokenizer.decode([i]) for i in range(min(self.tokenizer.vocab_size, 1 << 20))]
+        tokens = hashlib.sha256(json.dumps(vocab).encode("utf-8", "replace")).hexdigest()
+        return {"id": env_id_of(envs) if envs is not None else None, "tokens": tokens}
+
+    def _write(self, path: Path, training_state: bool = False, manifest: dict[str, Any] | None = None) -> None:
         self.model.save_pretrained(path)
+        checkpoints.wrote("model")
         self.tokenizer.save_pretrained(path)  # type: ignore[attr-defined]
+        checkpoints.wrote("tokenizer")
         policy = self.accelerator.unwrap_model(self.policy)
         torch.save(policy.value_head.state_dict(), path / "value_head.pt")
-        (path / "ppo_config.json").write_text(json.dumps(self.config.to_dict(), indent=2))
+        checkpoints.wrote("value_head.pt")
+        (path / "ppo_config.json").write_text(json.dumps(self.config.to_dict(), indent=2, allow_nan=False))
         model: Any = self.model
         base = model.get_base_model().name_or_path if self.is_peft else None
         info = {
@@ -627,22 +660,23 @@ class PPOAgent:
             **(manifest or {}),
         }
         (path / MANIFEST).write_text(json.dumps(info, indent=2))
+        checkpoints.wrote(MANIFEST)
         if self.ref_model is not None:
             self.ref_model.save_pretrained(path / "ref_model")
+            checkpoints.wrote("ref_model")
         if training_state:
-            torch.save(
-                {
-                    "optimizer": self.optimizer.state_dict(),
-                    "kl_coef": self.kl_controller.value,
-                    "num_episodes": self.num_episodes,
-                    "num_updates": self.num_updates,
-                    "seed_rng": self.seed_rng.bit_generator.state,
-                    "torch_rng": torch.get_rng_state(),
-                    "numpy_rng": np.random.get_state(),
-                    "python_rng": random.getstate(),
-                },
-                path / "training_state.pt",
-            )
+            state = {
+                "optimizer": self.optimizer.state_dict(),
+                "kl_coef": float(self.kl_controller.value),
+                "num_episodes": self.num_episodes,
+                "num_updates": self.num_updates,
+                "seed_rng": self.seed_rng.bit_generator.state,
+                "torch_rng": torch.get_rng_state(),
+                "numpy_rng": _plain_numpy_state(np.random.get_state()),
+                "python_rng": random.getstate(),
+            }
+            torch.save(state, path / "training_state.pt")
+            checkpoints.wrote("training_state.pt")
 
     @classmethod
     def load(cls, path: str | os.PathLike, config: PPOConfig | None = None) -> PPOAgent:
@@ -654,7 +688,7 @@ class PPOAgent:
         config = config or PPOConfig.from_dict(json.loads((path / "ppo_config.json").read_text()))
         ref = load_model(path / "ref_model") if (path / "ref_model").is_dir() else None
         agent = cls(load_model(path), tokenizer=load_tokenizer(path), ref_model=ref, config=config)
-        head = torch.load(path / "value_head.pt", map_location=agent.accelerator.device)
+        head = checkpoints.load_state(path / "value_head.pt")
         agent.accelerator.unwrap_model(agent.policy).value_head.load_state_dict(head)
         return agent
 
@@ -663,25 +697,48 @@ class PPOAgent:
         trainable = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
         return memory_estimate(self.model, trainable, self.ref_model)
 
-    def load_training_state(self, path: str | os.PathLike) -> None:
-        """Restores weights, optimizer, KL controller, counters and RNGs saved by ``learn``."""
-        path = Path(path)
-        if not (path / "training_state.pt").is_file():
-            raise FileNotFoundError(f"{str(path)!r} is not a checkpoint with training state")
-        saved = load_model(path)
-        self.model.load_state_dict(saved.state_dict())  # adapters: the same PeftModel layout
-        policy = self.accelerator.unwrap_model(self.policy)
-        policy.value_head.load_state_dict(torch.load(path / "value_head.pt"))
-        if self.ref_model is not None and (path / "ref_model").is_dir():
-            self.ref_model.load_state_dict(load_model(path / "ref_model").state_dict())
-        state = torch.load(path / "training_state.pt", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.kl_controller.value = state["kl_coef"]
-        self.num_episodes, self.num_updates = state["num_episodes"], state["num_updates"]
-        self.seed_rng.bit_generator.state = state["seed_rng"]
-        torch.set_rng_state(state["torch_rng"])
-        np.random.set_state(state["numpy_rng"])
-        random.setstate(state["python_rng"])
+    def load_training_state(self, path: str | os.PathLike, envs: gym.Env | VectorEnv | None = None) -> Path:
+        """Restores weights, optimizer, KL controller, counters and RNGs from a checkpoint that
+        ``learn`` wrote (``path``: the checkpoint, ``checkpoints/last``, the checkpoints dir or the
+        run dir), after checking that it is complete, undamaged, data only and of this model and
+        env (``checkpoints.CheckpointError`` otherwise). Returns the checkpoint it used."""
+        path = checkpoints.resolve(path)
+        manifest = checkpoints.verify(path)
+        checkpoints.check_match(manifest, checkpoints.model_signature(self.model), self.env_fingerprint(envs), path)
+        state = checkpoints.load_state(path / "training_state.pt")
+        head = checkpoints.load_state(path / "value_head.pt")
+        try:
+            saved = load_model(path)
+            self.model.load_state_dict(saved.state_dict())  # adapters: the same PeftModel layout
+            if self.ref_model is not None and (path / "ref_model").is_dir():
+                self.ref_model.load_state_dict(load_model(path / "ref_model").state_dict())
+            self.accelerator.unwrap_model(self.policy).value_head.load_state_dict(head)
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.kl_controller.value = float(state["kl_coef"])
+            self.num_episodes, self.num_updates = int(state["num_episodes"]), int(state["num_updates"])
+            self.seed_rng.bit_generator.state = state["seed_rng"]
+            torch.set_rng_state(state["torch_rng"])
+            np.random.set_state(_numpy_state(state["numpy_rng"]))
+            random.setstate(_python_state(state["python_rng"]))
+        except (KeyError, TypeError, ValueError, RuntimeError, OSError) as e:
+            raise checkpoints.CheckpointError(
+                f"{str(path)!r} does not fit this agent ({type(e).__name__}: {str(e).splitlines()[0]:.150})"
+            ) from e
+        return path
+
+
+def _plain_numpy_state(state: tuple) -> list[Any]:
+    """``np.random.get_state()`` as plain values (a checkpoint holds no numpy objects)."""
+    return [state[0], torch.from_numpy(np.asarray(state[1], dtype=np.int64)), int(state[2]), int(state[3]), float(state[4])]
+
+
+def _numpy_state(plain: list[Any]) -> tuple:
+    return (str(plain[0]), np.asarray(plain[1], dtype=np.uint32), int(plain[2]), int(plain[3]), float(plain[4]))
+
+
+def _python_state(plain: Any) -> tuple:
+    version, internal, gauss = plain
+    return int(version), tuple(int(x) for x in internal), gauss
 
 
 # ------------------------------------------------------------------------------------ helpers

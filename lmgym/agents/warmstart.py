@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedModel
 
+from lmgym.agents.checkpoints import find_damaged, written_aside
 from lmgym.agents.policy import token_logprobs
 from lmgym.agents.ppo import adamw, pad_batch
 from lmgym.agents.trajectories import Episode, EpisodeBuilder
@@ -203,10 +204,15 @@ def default_model(
     )
     path = cache_dir() / "warmstart" / hashlib.sha256(key.encode()).hexdigest()[:16]
     tokenizer = ByteTokenizer(env_special_tokens(env_id, env_kwargs))
-    if use_cache and (path / "config.json").is_file():
+    if use_cache and path.exists():
         from transformers import AutoModelForCausalLM
 
-        return AutoModelForCausalLM.from_pretrained(path), tokenizer, path
+        try:
+            if find_damaged(path) is None:
+                return AutoModelForCausalLM.from_pretrained(path), tokenizer, path
+        except Exception:  # noqa: BLE001 (whatever is wrong with it, the entry is rebuilt)
+            pass
+        print(f"the cached warm start in {path} is unreadable: rebuilding it")
     torch.manual_seed(config.seed)
     build = tiny_llama if config.architecture == "llama" else tiny_gpt2
     model = build(tokenizer, config.n_layer, config.n_embd, config.n_head, config.n_positions)
@@ -215,10 +221,10 @@ def default_model(
     env.close()
     supervised_finetune(model, demos, config.steps, config.batch_size, config.learning_rate, config.seed)
     if use_cache:
-        path.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(path)
-        tokenizer.save_pretrained(path)
-        (path / "warmstart.json").write_text(key)
+        with written_aside(path) as tmp:  # renamed into place when complete: a kill leaves no half entry
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            (tmp / "warmstart.json").write_text(key)
     return model, tokenizer, path
 
 

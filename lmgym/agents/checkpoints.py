@@ -1,0 +1,231 @@
+"""Checkpoints that are data, complete or absent, and never overwrite the last good one.
+
+A checkpoint is a directory ``checkpoint_dir/update-000012/`` written aside first
+(``.tmp-update-000012-...``), every file fsynced, then ``checkpoint.json`` (the manifest: each
+file's size and SHA-256, the counters, the model's parameter shapes, the env and the
+tokenizer) written last, then renamed into place; ``checkpoint_dir/last`` is a symlink switched
+to it atomically (``os.replace``). The previous checkpoint is kept until the new one is
+complete, older ones are deleted. A kill at any point leaves ``last`` on a complete checkpoint.
+
+Loading reads only tensors and plain values (``torch.load(weights_only=True)``, safetensors),
+checks every file against the manifest, and refuses a checkpoint of another model or env with
+one line (``CheckpointError``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+CHECKPOINT_MANIFEST = "checkpoint.json"
+LAST = "last"
+KEEP = 2
+"""Complete checkpoints kept: the newest, and the one before it."""
+
+AFTER_WRITE: list[Callable[[str], None]] = []
+"""Called with the name of each part of a checkpoint once it is written (tests kill or fail a
+save here, deterministically, to check that no point of the write loses the last good one)."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: incomplete, damaged, not data, or of another model or env."""
+
+
+def wrote(part: str) -> None:
+    for hook in AFTER_WRITE:
+        hook(part)
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fsync_tree(path: Path) -> None:
+    """Flushes every file and directory under ``path`` (and ``path`` itself) to disk."""
+    for root, dirs, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(root))
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def written_aside(final: Path) -> Iterator[Path]:
+    """Yields a fresh directory beside ``final`` to write into; on success it is fsynced and
+    renamed to ``final`` (an existing ``final`` is replaced only then). On failure ``final`` is
+    untouched and the partial directory is removed."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        fsync_tree(tmp)
+        old = None
+        if final.exists() or final.is_symlink():
+            old = final.parent / f".old-{final.name}-{uuid.uuid4().hex[:8]}"
+            os.rename(final, old)
+        os.rename(tmp, final)
+        fsync_dir(final.parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True) if old.is_dir() and not old.is_symlink() else old.unlink()
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def file_table(path: Path) -> dict[str, dict[str, Any]]:
+    """``{relative path: {"bytes": n, "sha256": hex}}`` of every file under ``path``."""
+    table = {}
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and p.name != CHECKPOINT_MANIFEST):
+        table[str(file.relative_to(path))] = {"bytes": file.stat().st_size, "sha256": sha256(file)}
+    return table
+
+
+def finish(tmp: Path, info: dict[str, Any]) -> None:
+    """Writes the manifest of a checkpoint written in ``tmp``: last, after every other file."""
+    manifest = {"files": file_table(tmp), **info}
+    (tmp / CHECKPOINT_MANIFEST).write_text(json.dumps(manifest, indent=2))
+    wrote(CHECKPOINT_MANIFEST)
+
+
+def publish(checkpoint_dir: Path, name: str) -> Path:
+    """Points ``checkpoint_dir/last`` at ``name`` (atomically) and deletes all but the ``KEEP``
+    newest complete checkpoints."""
+    wrote("renamed")
+    link = checkpoint_dir / f".{LAST}-{uuid.uuid4().hex[:8]}"
+    os.symlink(name, link)
+    last = checkpoint_dir / LAST
+    if last.is_dir() and not last.is_symlink():  # a checkpoint from before this layout
+        os.rename(last, checkpoint_dir / f".old-{LAST}-{uuid.uuid4().hex[:8]}")
+    os.replace(link, last)
+    fsync_dir(checkpoint_dir)
+    wrote(LAST)
+    complete = sorted(p for p in checkpoint_dir.glob("update-*") if (p / CHECKPOINT_MANIFEST).is_file())
+    for old in complete[:-KEEP]:
+        shutil.rmtree(old, ignore_errors=True)
+    for partial in checkpoint_dir.glob(".*"):  # left by a kill mid-write
+        if partial.name.startswith((".tmp-", ".old-")):
+            shutil.rmtree(partial, ignore_errors=True)
+    return checkpoint_dir / name
+
+
+def resolve(path: str | os.PathLike) -> Path:
+    """The complete checkpoint ``path`` names: a checkpoint, ``checkpoints/last``, a checkpoint
+    directory (its ``last``, else its newest complete checkpoint) or a run directory (its
+    ``checkpoints/``). Raises ``CheckpointError`` saying what is missing."""
+    path = Path(path)
+    if (path / "checkpoints").is_dir() and not (path / CHECKPOINT_MANIFEST).exists():
+        path = path / "checkpoints"
+    if not path.exists():
+        raise CheckpointError(f"{str(path)!r} does not exist")
+    if (path / CHECKPOINT_MANIFEST).is_file():
+        return path.resolve()
+    if (path / "training_state.pt").is_file():
+        raise CheckpointError(f"{str(path)!r} has no {CHECKPOINT_MANIFEST}: it is incomplete or from an older lmgym")
+    if (path / LAST / CHECKPOINT_MANIFEST).is_file():
+        return (path / LAST).resolve()
+    complete = sorted(p for p in path.glob("update-*") if (p / CHECKPOINT_MANIFEST).is_file())
+    if complete:
+        return complete[-1].resolve()
+    raise CheckpointError(f"{str(path)!r} is not a checkpoint and holds no complete one")
+
+
+def verify(path: Path) -> dict[str, Any]:
+    """The manifest of checkpoint ``path``, after checking every file it lists (size and SHA-256)."""
+    try:
+        manifest = json.loads((path / CHECKPOINT_MANIFEST).read_text())
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{str(path / CHECKPOINT_MANIFEST)!r} is unreadable ({type(e).__name__})") from e
+    for name, expected in files.items():
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"{str(file)!r} is missing")
+        if file.stat().st_size != expected["bytes"] or sha256(file) != expected["sha256"]:
+            raise CheckpointError(f"{str(file)!r} is damaged (it differs from what the checkpoint wrote)")
+    return manifest
+
+
+def load_state(file: Path) -> Any:
+    """``torch.load`` of data only (tensors, numbers, strings, lists, dicts): a file holding
+    anything else (code to run on load) is refused."""
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(
+            f"{str(file)!r} holds more than tensors and plain values: refused (a checkpoint is data, never code)"
+        ) from e
+    except (OSError, RuntimeError, EOFError, ValueError) as e:
+        raise CheckpointError(f"{str(file)!r} is unreadable ({type(e).__name__}: {str(e).splitlines()[0]:.120})") from e
+
+
+def model_signature(model: Any) -> dict[str, list[int]]:
+    """Parameter name -> shape: what must match to load one model's weights into another."""
+    return {name: list(t.shape) for name, t in model.state_dict().items()}
+
+
+def check_match(manifest: dict[str, Any], signature: dict[str, list[int]], env: dict[str, Any], path: Path) -> None:
+    """Refuses a checkpoint of another model (parameters, shapes) or another env (id, tokens)."""
+    saved = manifest.get("model_signature") or {}
+    if saved != signature:
+        diff = sorted(set(saved) ^ set(signature)) or [n for n in signature if saved.get(n) != signature[n]]
+        name = diff[0]
+        raise CheckpointError(
+            f"{str(path)!r} holds another model ({name}: {saved.get(name)} in the checkpoint, "
+            f"{signature.get(name)} here): resume with the model it was trained from"
+        )
+    for key, here in env.items():
+        there = manifest.get("env", {}).get(key)
+        if here is not None and there is not None and there != here:
+            raise CheckpointError(
+                f"{str(path)!r} was trained on another env ({key}: {there!r:.80} there, {here!r:.80} here)"
+            )
+
+
+def find_damaged(path: str | os.PathLike) -> str | None:
+    """The first file of a saved model directory that cannot be read, or ``None``: every
+    ``*.safetensors`` opened, every ``*.pt`` loaded as data, every ``*.json`` parsed."""
+    from safetensors import safe_open
+
+    for file in sorted(Path(path).rglob("*")):
+        if not file.is_file():
+            continue
+        try:
+            if file.suffix == ".safetensors":
+                with safe_open(str(file), framework="pt") as f:
+                    for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                        f.get_slice(key)
+            elif file.suffix == ".pt":
+                load_state(file)
+            elif file.suffix == ".json":
+                json.loads(file.read_text(encoding="utf-8"))
+        except Exception as e:
+            return f"{str(file)!r} is damaged or unreadable ({type(e).__name__})"
+    return None
