@@ -137,7 +137,7 @@ RUN_FILES = (
 
 
 def _check_inputs(args: argparse.Namespace, usage_error: type[Exception]) -> None:
-    from lmgym.agents.checkpoints import CheckpointError, resolve
+    from lmgym.agents.checkpoints import CheckpointError, resolve, verify
     from lmgym.cli import make_env, parse_kwargs
 
     make_env(args.env_id, **parse_kwargs(args.env_arg)).close()  # a bad --env-arg fails here, in one line
@@ -161,7 +161,7 @@ def _check_inputs(args: argparse.Namespace, usage_error: type[Exception]) -> Non
         raise usage_error(f"--out {out!r} is a file, not a directory")
     if getattr(args, "resume", None) is not None:
         try:
-            resolve(args.resume)
+            verify(resolve(args.resume))  # complete and undamaged, before any model is built
         except CheckpointError as e:
             raise usage_error(f"--resume: {e}") from e
 
