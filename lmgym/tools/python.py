@@ -8,33 +8,45 @@ Both levels:
     - the code's stdout and stderr come back through pipes the host owns, read both at once
       (never files the code could replace, delete or link elsewhere); at most ``output_limit``
       bytes (16 KiB) of each are kept, the rest is drained and counted;
-    - ``python -I`` (no user site, no ``PYTHON*`` variables) in a fresh scratch directory that
-      is the working directory and ``HOME`` and is deleted afterwards; an emptied environment
-      (``PATH``, ``HOME``, ``TMPDIR``, ``LANG`` only);
-    - a supervisor (``lmgym/tools/sandbox_supervisor.py``) that is a child subreaper: it runs the
-      code in its own process group, kills it at ``timeout`` (wall clock), then kills every
-      descendant, including those that called ``setsid`` after a double fork, before ``run``
-      returns; the host kills the whole session if the supervisor overruns;
-    - rlimits: address space (``memory_mb``), CPU seconds, processes, size of written files,
-      no core dumps; any exit status becomes a plain message (``killed by signal 40``).
+    - ``python -I`` (no user site, no ``PYTHON*`` variables) on ``main.py``, written as UTF-8,
+      in a fresh scratch directory that is the working directory and ``HOME``, deleted afterwards
+      without recursion (``remove_tree``); an emptied environment (``PATH``, ``HOME``,
+      ``TMPDIR``, ``LANG`` only);
+    - a supervisor (``lmgym/tools/sandbox_supervisor.py``) on the host side, outside bwrap: a
+      child subreaper that runs the code in its own process group, kills it at ``timeout``
+      (wall clock), then kills every descendant, including those that called ``setsid`` after
+      a double fork, before ``run`` returns; the host kills the whole session if the
+      supervisor overruns. The code cannot reach it: its status pipe is never inherited, it is
+      not dumpable (no ``ptrace``, no ``/proc/<pid>/fd``), and when the host is root the code
+      runs as ``nobody``. What it reports is validated (``parse_status``);
+    - a cgroup per call where one can be made (``lmgym.tools.cgroup``): all its memory (tmpfs,
+      ``memfd``, every process) within ``memory_mb``, its processes and threads within
+      ``max_processes``, and whatever is left in it killed at the end;
+    - rlimits: address space (``memory_mb``), CPU seconds, processes (without a cgroup), open
+      files, size of written files, no core dumps; any exit status becomes a plain message
+      (``killed by signal 40``).
 
 ``"bwrap"`` (bubblewrap, the Debian package ``bubblewrap``) adds namespaces:
     - the filesystem is an empty root with read-only binds of ``/usr``, ``/lib*``, ``/bin``,
       ``/sbin``, the Python installation and its virtual environment; the scratch directory
-      is the only writable host path, ``/tmp`` is private; the home directory, the project,
-      ``/etc`` and everything else of the host are absent;
+      is the only writable host path, ``/tmp`` and ``/dev/shm`` are private tmpfs of
+      ``memory_mb / 4`` each; the home directory, the project, ``/etc`` and everything else of
+      the host are absent;
     - a new PID namespace with its own ``/proc``: host processes (and their environments) are
       invisible, and everything in it dies with the call;
     - no network (a new network namespace with only loopback), new IPC and UTS namespaces;
-    - the code runs as ``nobody`` in a new user namespace with every capability dropped.
+    - the code runs as ``nobody`` in a new user namespace with every capability dropped, and
+      cannot create a nested one (``--disable-userns``).
 
 What ``"rlimits"`` does NOT isolate:
-    - the filesystem: the code runs as the calling user and can read and write whatever that
-      user can, the project and the home directory included;
-    - other processes of the same user: it can read ``/proc/<pid>/environ`` of the host
-      process (its secrets), signal or ptrace it; code that kills its own supervisor first can
-      leave detached descendants running;
-    - the network; and for root, ``RLIMIT_NPROC`` does not apply (no fork-bomb limit).
+    - the filesystem: the code can read whatever its user can (as root's ``nobody`` it keeps
+      ``CAP_DAC_READ_SEARCH`` to reach the interpreter, so it reads every file) and write
+      wherever that user can;
+    - for a non-root host, other processes of the same user: it can read
+      ``/proc/<pid>/environ`` of the host process (its secrets), signal it and its supervisor
+      (the call then reports a failure); without a cgroup, code that kills its own supervisor
+      first can leave detached descendants running;
+    - the network, and nested user namespaces.
 
 What neither level isolates: the kernel (bubblewrap is not a VM: a kernel bug is an escape),
 CPU and memory contention with the host within the limits, timing side channels, and disk
