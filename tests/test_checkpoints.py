@@ -25,11 +25,15 @@ PARTS = ["model", "tokenizer", "value_head.pt", "lmgym_model.json", "ref_model",
 
 def agent(seed=0, n_embd=32):
     model = tiny_model(258, 256, seed=seed, n_layer=1, n_embd=n_embd)
-    return PPOAgent(model, tokenizer=ByteTokenizer(), config=PPOConfig(seed=seed, episodes_per_update=4, mini_batch_size=2))
+    return PPOAgent(
+        model, tokenizer=ByteTokenizer(), config=PPOConfig(seed=seed, episodes_per_update=4, mini_batch_size=2)
+    )
 
 
 def train(a, ckpt, episodes, env_id="lmgym/Echo-v0", resume=None):
-    return a.learn(gym.make(env_id), total_episodes=episodes, checkpoint_dir=ckpt, resume_from=resume, progress_bar=False)
+    return a.learn(
+        gym.make(env_id), total_episodes=episodes, checkpoint_dir=ckpt, resume_from=resume, progress_bar=False
+    )
 
 
 class Killed(Exception):
@@ -79,7 +83,8 @@ KILL_SCRIPT = textwrap.dedent(
     from lmgym import ByteTokenizer
     from lmgym.agents import PPOAgent, PPOConfig, checkpoints
     model = tiny_model(258, 256, seed=0, n_layer=1, n_embd=32)
-    agent = PPOAgent(model, tokenizer=ByteTokenizer(), config=PPOConfig(seed=0, episodes_per_update=4, mini_batch_size=2))
+    config = PPOConfig(seed=0, episodes_per_update=4, mini_batch_size=2)
+    agent = PPOAgent(model, tokenizer=ByteTokenizer(), config=config)
     agent.learn(gym.make("lmgym/Echo-v0"), total_episodes=4, checkpoint_dir={ckpt!r}, progress_bar=False)
     checkpoints.AFTER_WRITE.append(lambda part: part == {part!r} and os.kill(os.getpid(), signal.SIGKILL))
     agent.learn(gym.make("lmgym/Echo-v0"), total_episodes=8, checkpoint_dir={ckpt!r}, progress_bar=False)

@@ -97,7 +97,9 @@ def test_resume_from_a_damaged_checkpoint_names_the_file(tmp_path):
 
     from lmgym.agents import PPOAgent, PPOConfig
 
-    agent = PPOAgent(tiny_model(258, 256, n_layer=1, n_embd=32), ByteTokenizer(), config=PPOConfig(episodes_per_update=4))
+    agent = PPOAgent(
+        tiny_model(258, 256, n_layer=1, n_embd=32), ByteTokenizer(), config=PPOConfig(episodes_per_update=4)
+    )
     agent.learn(gym.make("lmgym/Echo-v0"), 4, checkpoint_dir=tmp_path / "checkpoints", progress_bar=False)
     state = tmp_path / "checkpoints" / "last" / "training_state.pt"
     state.write_bytes(state.read_bytes()[:100])
@@ -107,7 +109,12 @@ def test_resume_from_a_damaged_checkpoint_names_the_file(tmp_path):
 
 def test_view_renders_what_it_can_and_names_what_it_skipped(tmp_path, capsys):
     good = {"kind": "train", "update": 1, "text": ["Q", "a"], "mask": [0, 1], "adv": [None, 0.5], "rewards": [1.0]}
-    lines = [json.dumps(good).encode(), b"[1, 2]", b"\x00\xff\xfe binary", json.dumps(good).encode()[:-5] + "é".encode()[:1]]
+    lines = [
+        json.dumps(good).encode(),
+        b"[1, 2]",
+        b"\x00\xff\xfe binary",
+        json.dumps(good).encode()[:-5] + "é".encode()[:1],
+    ]
     (tmp_path / "episodes.jsonl").write_bytes(b"\n".join(lines))
     (tmp_path / "config.json").write_text('{"kl_coef": NaN, "gamma": 1.0}')
     (tmp_path / "summary.json").write_text("garbage{")

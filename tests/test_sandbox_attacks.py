@@ -151,7 +151,7 @@ def test_the_code_cannot_forge_the_status_through_proc(level):
         "    for fd in fds:\n"
         "        try:\n"
         "            with open(f'/proc/{pid}/fd/{fd}', 'w') as f:\n"
-        "                f.write('{\"error\": \"FORGED\"}\\n')\n"
+        '                f.write(\'{"error": "FORGED"}\\n\')\n'
         "        except OSError:\n"
         "            pass\n"
         "print('done')\n"
@@ -196,7 +196,8 @@ def test_a_malformed_status_is_a_tool_failure():
 
 
 def test_a_deep_directory_chain_is_cleaned_up(level):
-    code = "import os\nprint(os.getcwd(), flush=True)\nfor _ in range(1500):\n    os.mkdir('d')\n    os.chdir('d')\nopen('f', 'w')\n"
+    code = "import os\nprint(os.getcwd(), flush=True)\n"
+    code += "for _ in range(1500):\n    os.mkdir('d')\n    os.chdir('d')\nopen('f', 'w')\n"
     result = run(level, code, timeout=8)
     assert result.returncode == 0 and not Path(result.stdout.split()[0]).exists()
 
@@ -223,7 +224,9 @@ def test_remove_tree_survives_modes_links_and_depth(tmp_path):
 
 
 def test_code_is_written_as_utf8_whatever_the_locale(tmp_path):
-    script = "from lmgym.tools.python import PythonTool\nprint(PythonTool(timeout=5).run(\"print('na\\u00efve')\").text)"
+    script = (
+        "from lmgym.tools.python import PythonTool\nprint(PythonTool(timeout=5).run(\"print('na\\u00efve')\").text)"
+    )
     env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "utf-8"}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "naïve", out.stderr
@@ -292,7 +295,9 @@ def test_max_processes_holds_as_root_too(level):
 def test_no_nested_user_namespace_under_bwrap():
     if bwrap_problem():
         pytest.skip(f"no bwrap level on this machine: {bwrap_problem()}")
-    code = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint(libc.unshare(0x10000000), ctypes.get_errno())"
+    code = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint(libc.unshare(0x10000000), ctypes.get_errno())"
+    )
     result = PythonTool(timeout=5, isolation="bwrap").run(code)
     assert result.stdout.split()[0] == "-1"  # CLONE_NEWUSER refused
 
@@ -312,7 +317,9 @@ def test_an_interpreter_path_with_dotdot_still_gets_bwrap(monkeypatch):
 
 def test_a_refused_bwrap_says_the_real_reason(monkeypatch, tmp_path):
     fake = tmp_path / "bwrap"
-    fake.write_text('#!/bin/sh\necho "bwrap: Can\'t find source path /nowhere: No such file or directory" >&2\nexit 1\n')
+    fake.write_text(
+        '#!/bin/sh\necho "bwrap: Can\'t find source path /nowhere: No such file or directory" >&2\nexit 1\n'
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     bwrap_problem.cache_clear()

@@ -53,7 +53,7 @@ def sha256(path: Path) -> str:
 
 def fsync_tree(path: Path) -> None:
     """Flushes every file and directory under ``path`` (and ``path`` itself) to disk."""
-    for root, dirs, files in os.walk(path):
+    for root, _, files in os.walk(path):
         for name in files:
             fd = os.open(os.path.join(root, name), os.O_RDONLY)
             try:

@@ -119,7 +119,9 @@ class PPOConfig:
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"{f.name} must be a finite number, got {value}")
         if not isinstance(self.generation_kwargs, dict):
-            raise ValueError(f"generation_kwargs must be a dict of keyword arguments, got {self.generation_kwargs!r:.80}")
+            raise ValueError(
+                f"generation_kwargs must be a dict of keyword arguments, got {self.generation_kwargs!r:.80}"
+            )
         for name in ("learning_rate", "clip_range", "max_grad_norm"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

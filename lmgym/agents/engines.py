@@ -19,6 +19,8 @@ trainer's own (then they serve as the old log-probs and no importance correction
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import tempfile
 from collections.abc import Sequence
@@ -213,7 +215,7 @@ class HFEngine:
             input_ids=tokens.to(device),
             attention_mask=self.mask.to(device),
             position_ids=positions.to(device),
-            cache=self.cache,
+            **{cache_argument(model): self.cache},
             use_cache=True,
             output_hidden_states=True,
             logits_to_keep=1,
@@ -239,6 +241,19 @@ class HFEngine:
             rows.append(row)
             taken.add(row)
         return rows
+
+
+def cache_argument(model: Any) -> str:
+    """The name under which ``model``'s forward takes its KV cache: ``cache`` (later transformers 5
+    releases) or ``past_key_values`` (5.19 and earlier). Passing the wrong one is silently ignored,
+    and the decode loop would then run without the cache: wrong log-probs, no error."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PeftModel's is **kwargs
+    return _cache_argument(type(base))
+
+
+@functools.cache
+def _cache_argument(model_class: type) -> str:
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
 def filtered(logits: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:

@@ -727,9 +727,15 @@ class PPOAgent:
         return path
 
 
-def _plain_numpy_state(state: tuple) -> list[Any]:
+def _plain_numpy_state(state: Any) -> list[Any]:
     """``np.random.get_state()`` as plain values (a checkpoint holds no numpy objects)."""
-    return [state[0], torch.from_numpy(np.asarray(state[1], dtype=np.int64)), int(state[2]), int(state[3]), float(state[4])]
+    return [
+        state[0],
+        torch.from_numpy(np.asarray(state[1], dtype=np.int64)),
+        int(state[2]),
+        int(state[3]),
+        float(state[4]),
+    ]
 
 
 def _numpy_state(plain: list[Any]) -> tuple:

@@ -179,8 +179,13 @@ class PythonTool:
             raise ValueError(f"isolation must be one of {ISOLATION}, got {isolation!r}")
         if not timeout > 0 or not math.isfinite(timeout):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
-        for name, value in [("memory_mb", memory_mb), ("max_processes", max_processes), ("output_limit", output_limit),
-                            ("max_file_mb", max_file_mb), ("max_open_files", max_open_files)]:
+        for name, value in [
+            ("memory_mb", memory_mb),
+            ("max_processes", max_processes),
+            ("output_limit", output_limit),
+            ("max_file_mb", max_file_mb),
+            ("max_open_files", max_open_files),
+        ]:
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
         self.timeout = timeout
@@ -311,7 +316,7 @@ def parse_status(data: bytes, exit_code: int | None) -> dict[str, Any]:
     except ValueError:
         report = None
     if isinstance(report, dict) and len(report) == 1:
-        (key, value), = report.items()
+        ((key, value),) = report.items()
         if key in ("exit", "signal") and type(value) is int and 0 <= value < 256:
             return report
         if (key, value) == ("timed_out", True) or (key == "error" and isinstance(value, str)):
@@ -377,7 +382,12 @@ def _read_only_paths() -> list[str]:
     """What the sandboxed interpreter needs: system libraries, the Python installation and the
     virtual environment it runs from (never the project or the home directory as a whole)."""
     system = ["/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin"]
-    python = [sys.base_prefix, sys.prefix, os.path.dirname(interpreter()), os.path.dirname(os.path.realpath(sys.executable))]
+    python = [
+        sys.base_prefix,
+        sys.prefix,
+        os.path.dirname(interpreter()),
+        os.path.dirname(os.path.realpath(sys.executable)),
+    ]
     python = [os.path.abspath(p) for p in python] + [os.path.realpath(p) for p in python]
     return [p for p in dict.fromkeys(system + python) if os.path.lexists(p)]
 

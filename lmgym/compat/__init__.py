@@ -1,0 +1,116 @@
+"""The task libraries users already have, as lmgym environments.
+
+Each library is an optional extra, imported only when one of its envs is made:
+
+=====================  ===========================  ==================================================
+id                     extra                        what it wraps
+=====================  ===========================  ==================================================
+lmgym/ReasoningGym-v0  ``lmgym[reasoning-gym]``     any ``reasoning_gym.create_dataset`` task
+lmgym/TextArena-v0     ``lmgym[textarena]``         TextArena games, single- and two-player
+lmgym/GEM-v0           ``lmgym[gem]``               GEM envs (``lmgym.compat.gem.make(env_id)``)
+=====================  ===========================  ==================================================
+
+Every adapter is an ``LMEnv``: string observations, ``TokenSequence`` actions, the env's
+tokenizer, ``check_env``, seeding and vector envs, like the shipped envs. Libraries that draw from
+Python's or numpy's global RNG get a stream of their own per env (``OwnRNG``), seeded by
+``reset(seed=...)``, so a seed reproduces an episode whatever other envs in the process do.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+# id -> (entry point, max_episode_steps, extra, module)
+COMPAT: dict[str, tuple[str, int, str, str]] = {
+    "lmgym/ReasoningGym-v0": ("lmgym.compat.reasoning_gym:ReasoningGymEnv", 16, "reasoning-gym", "reasoning_gym"),
+    "lmgym/TextArena-v0": ("lmgym.compat.textarena:TextArenaEnv", 200, "textarena", "textarena"),
+    "lmgym/GEM-v0": ("lmgym.compat.gem:GEMEnv", 200, "gem", "gem"),
+}
+"""The adapters: registered with ``import lmgym``; their libraries load only when one is made."""
+
+
+class LibraryError(RuntimeError):
+    """The wrapped library failed or needs what this machine lacks (the network, Docker): the
+    message names the env, the task and, for a step, the action."""
+
+
+def require(module: str, extra: str) -> ModuleType:
+    """Imports ``module``, or says in one line which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"this env needs {module}: pip install 'lmgym[{extra}]' ({e})") from e
+
+
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def task_names(extra: str) -> list[str]:
+    """The task (or game, or env) names a library offers: ``lmgym list --tasks EXTRA``."""
+    if extra == "reasoning-gym":
+        return sorted(require("reasoning_gym.factory", extra).DATASETS)
+    if extra == "textarena":
+        return sorted(i for i in require("textarena.envs.registration", extra).ENV_REGISTRY if not i.endswith("-raw"))
+    if extra == "gem":
+        require("gem", extra)
+        return sorted(importlib.import_module("gem.envs.registration").ENV_REGISTRY)
+    raise ValueError(f"unknown task library {extra!r}: one of {sorted({v[2] for v in COMPAT.values()})}")
+
+
+class OwnRNG:
+    """Python's and numpy's global RNG states kept for one env: ``with rng:`` swaps them in for
+    the library call and back out after, so the library's draws are the env's own stream.
+
+    Example:
+        >>> a, b = OwnRNG(), OwnRNG()
+        >>> a.seed(1); b.seed(1)
+        >>> with a: x = random.random()
+        >>> _ = random.random()  # the caller's own draws do not move a's or b's stream
+        >>> with b: y = random.random()
+        >>> x == y
+        True
+    """
+
+    def __init__(self) -> None:
+        self.state: tuple[Any, Any] | None = None
+        self.saved: list[tuple[Any, Any]] = []
+
+    def seed(self, seed: int) -> None:
+        with self:
+            random.seed(seed)
+            np.random.seed(seed % 2**32)
+
+    def __enter__(self) -> OwnRNG:
+        self.saved.append((random.getstate(), np.random.get_state()))
+        if self.state is not None:
+            random.setstate(self.state[0])
+            np.random.set_state(self.state[1])
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.state = (random.getstate(), np.random.get_state())
+        python, numpy = self.saved.pop()
+        random.setstate(python)
+        np.random.set_state(numpy)
+
+
+@contextmanager
+def named_errors(what: str, action: str | None = None) -> Iterator[None]:
+    """Re-raises whatever the wrapped library raises as ``LibraryError`` naming ``what`` (the env
+    and task) and the action, if any."""
+    try:
+        yield
+    except LibraryError:
+        raise
+    except Exception as e:
+        on = f" on the action {action!r:.200}" if action is not None else ""
+        raise LibraryError(f"{what} raised {type(e).__name__}{on}: {str(e)[:300]}") from e

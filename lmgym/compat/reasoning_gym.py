@@ -1,0 +1,127 @@
+"""ReasoningGym-v0: any reasoning-gym task as an lmgym env (``pip install 'lmgym[reasoning-gym]'``)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from lmgym.compat import LibraryError, named_errors, require
+from lmgym.core import LMEnv
+
+ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+VIRTUAL_SIZE = 2**31 - 1
+"""The dataset's size when the config names none: reset seeds index it, so every seed (held-out
+evaluation seeds included) is its own instance."""
+
+
+class ReasoningGymEnv(LMEnv):
+    """A reasoning-gym task: one question per episode, scored by reasoning-gym itself.
+
+    ## Description
+    ``reasoning_gym.create_dataset(task, **config)`` makes the task's dataset; ``reset(seed=s)``
+    takes its item ``s`` (``s % size`` when ``config`` sets a ``size``), so a seed always gives
+    the same instance and held-out seeds give unseen ones. The model answers inside
+    ``<answer>...</answer>`` (the stop string).
+
+    ## Action Space
+    ``TokenSequence(vocab_size, max_action_tokens=64)``.
+
+    ## Observation Space
+    ``AnyText(max_observation_length=16384)``: the question and the answer format, then
+    feedback after an answer without the tags.
+
+    ## Starting State
+    Item ``seed`` of the task's dataset (the dataset's own seed is ``config["seed"]``, default 0).
+
+    ## Rewards
+    reasoning-gym's ``score_answer`` of the text inside the tags, partial credit kept (in
+    ``[0, 1]``); ``info["correct"]`` is full credit. No tags: 0.0 and feedback, up to
+    ``max_attempts`` times, then the episode ends.
+
+    ## Episode End
+    Terminated by an answer in the tags, or by the last unparseable attempt.
+
+    ## Arguments
+    ``gym.make("lmgym/ReasoningGym-v0", task="chain_sum", config={"min_terms": 2},
+    max_attempts=1, tokenizer=None)``; ``lmgym list --tasks reasoning-gym`` names the tasks.
+
+    ## Version History
+    - v0: first version.
+    """
+
+    stop_strings = ("</answer>",)
+    special_tokens = ("<answer>", "</answer>")
+    max_action_tokens = 64
+    max_observation_length = 16384
+
+    def __init__(
+        self,
+        task: str = "chain_sum",
+        config: dict[str, Any] | None = None,
+        max_attempts: int = 1,
+        tokenizer: Any = None,
+        render_mode: str | None = None,
+        max_action_tokens: int | None = None,
+        max_observation_length: int | None = None,
+    ):
+        super().__init__(tokenizer, render_mode, max_action_tokens, max_observation_length)
+        rg = require("reasoning_gym", "reasoning-gym")
+        names = require("reasoning_gym.factory", "reasoning-gym").DATASETS
+        if task not in names:
+            import difflib
+
+            close = difflib.get_close_matches(task, list(names), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else "; lmgym list --tasks reasoning-gym names them"
+            raise ValueError(f"unknown reasoning-gym task {task!r}{hint}")
+        if max_attempts < 0:
+            raise ValueError(f"max_attempts must be >= 0, got {max_attempts}")
+        self.task, self.max_attempts = task, int(max_attempts)
+        self.config = {"seed": 0, "size": VIRTUAL_SIZE, **(config or {})}
+        with named_errors(f"reasoning-gym task {task!r} with config {self.config}"):
+            try:
+                self.dataset = rg.create_dataset(task, **self.config)
+            except (TypeError, ValueError, AssertionError) as e:  # a bad config: the user's input
+                raise ValueError(f"reasoning-gym task {task!r} refuses config {config}: {e}") from e
+        self.entry: dict[str, Any] = {}
+        self.attempts = 0
+
+    def __getstate__(self) -> dict[str, Any]:  # the dataset is rebuilt on unpickling (AsyncVectorEnv)
+        return {k: v for k, v in self.__dict__.items() if k != "dataset"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        rg = require("reasoning_gym", "reasoning-gym")
+        self.dataset = rg.create_dataset(self.task, **self.config)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        index = seed if seed is not None else int(self.np_random.integers(2**30))
+        with named_errors(f"reasoning-gym task {self.task!r} (item {index})"):
+            self.entry = self.dataset[index % len(self.dataset)]
+        self.attempts = 0
+        question = str(self.entry["question"]).rstrip()
+        prompt = f"{question}\nAnswer inside <answer></answer>.\n"
+        return prompt, {"task": self.task, "index": index}
+
+    def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        found = ANSWER.search(text)
+        if found is None:
+            self.attempts += 1
+            done = self.attempts > self.max_attempts
+            feedback = "" if done else "\nNo answer found: write it inside <answer></answer>.\n"
+            return feedback, 0.0, done, False, {"answer": None, "correct": False, "score": 0.0}
+        answer = found.group(1).strip()
+        with named_errors(f"reasoning-gym task {self.task!r} scoring", answer):
+            score = float(self.dataset.score_answer(answer=answer, entry=self.entry))
+        score = min(1.0, max(0.0, score)) if score == score else 0.0  # NaN or out of range: the library's bug
+        return "", score, True, False, {"answer": answer, "correct": score >= 1.0, "score": score}
+
+    def oracle(self) -> str:
+        """The dataset's answer in the tags."""
+        answer = self.entry.get("answer")
+        if answer is None:
+            raise NotImplementedError(f"reasoning-gym task {self.task!r} gives no reference answer")
+        return f"<answer>{answer}</answer>"
+
+
+__all__ = ["LibraryError", "ReasoningGymEnv"]
