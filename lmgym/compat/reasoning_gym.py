@@ -9,19 +9,17 @@ from lmgym.compat import LibraryError, named_errors, require
 from lmgym.core import LMEnv
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-VIRTUAL_SIZE = 2**31 - 1
-"""The dataset's size when the config names none: reset seeds index it, so every seed (held-out
-evaluation seeds included) is its own instance."""
 
 
 class ReasoningGymEnv(LMEnv):
     """A reasoning-gym task: one question per episode, scored by reasoning-gym itself.
 
     ## Description
-    ``reasoning_gym.create_dataset(task, **config)`` makes the task's dataset; ``reset(seed=s)``
-    takes its item ``s`` (``s % size`` when ``config`` sets a ``size``), so a seed always gives
-    the same instance and held-out seeds give unseen ones. The model answers inside
-    ``<answer>...</answer>`` (the stop string).
+    ``reset(seed=s)`` makes the instance ``reasoning_gym.create_dataset(task, **config,
+    seed=config_seed + s, size=1)[0]``, so a seed always gives the same instance and held-out
+    seeds give unseen ones. With a ``size`` in ``config`` the task is that finite dataset
+    instead (made once, seeded by ``config["seed"]``), and ``s`` takes its item ``s % size``.
+    The model answers inside ``<answer>...</answer>`` (the stop string).
 
     ## Action Space
     ``TokenSequence(vocab_size, max_action_tokens=64)``.
@@ -31,7 +29,7 @@ class ReasoningGymEnv(LMEnv):
     feedback after an answer without the tags.
 
     ## Starting State
-    Item ``seed`` of the task's dataset (the dataset's own seed is ``config["seed"]``, default 0).
+    The instance of ``seed`` (see Description; ``config["seed"]`` defaults to 0).
 
     ## Rewards
     reasoning-gym's ``score_answer`` of the text inside the tags, partial credit kept (in
@@ -76,28 +74,34 @@ class ReasoningGymEnv(LMEnv):
         if max_attempts < 0:
             raise ValueError(f"max_attempts must be >= 0, got {max_attempts}")
         self.task, self.max_attempts = task, int(max_attempts)
-        self.config = {"seed": 0, "size": VIRTUAL_SIZE, **(config or {})}
-        with named_errors(f"reasoning-gym task {task!r} with config {self.config}"):
-            try:
-                self.dataset = rg.create_dataset(task, **self.config)
-            except (TypeError, ValueError, AssertionError) as e:  # a bad config: the user's input
-                raise ValueError(f"reasoning-gym task {task!r} refuses config {config}: {e}") from e
+        self.config = {"seed": 0, **(config or {})}
+        self.finite = "size" in self.config  # else one instance per seed, made at reset
+        self.dataset = self._dataset(self.config if self.finite else {**self.config, "size": 1})
         self.entry: dict[str, Any] = {}
         self.attempts = 0
+
+    def _dataset(self, config: dict[str, Any]) -> Any:
+        rg = require("reasoning_gym", "reasoning-gym")
+        with named_errors(f"reasoning-gym task {self.task!r} with config {config}"):
+            try:
+                return rg.create_dataset(self.task, **config)
+            except (TypeError, ValueError, AssertionError) as e:  # a bad config: the user's input
+                raise ValueError(f"reasoning-gym task {self.task!r} refuses config {config}: {e}") from e
 
     def __getstate__(self) -> dict[str, Any]:  # the dataset is rebuilt on unpickling (AsyncVectorEnv)
         return {k: v for k, v in self.__dict__.items() if k != "dataset"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        rg = require("reasoning_gym", "reasoning-gym")
-        self.dataset = rg.create_dataset(self.task, **self.config)
+        self.dataset = self._dataset(self.config if self.finite else {**self.config, "size": 1})
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         index = seed if seed is not None else int(self.np_random.integers(2**30))
+        if not self.finite:
+            self.dataset = self._dataset({**self.config, "seed": int(self.config["seed"]) + index, "size": 1})
         with named_errors(f"reasoning-gym task {self.task!r} (item {index})"):
-            self.entry = self.dataset[index % len(self.dataset)]
+            self.entry = self.dataset[index % len(self.dataset) if self.finite else 0]
         self.attempts = 0
         question = str(self.entry["question"]).rstrip()
         prompt = f"{question}\nAnswer inside <answer></answer>.\n"
