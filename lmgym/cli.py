@@ -31,15 +31,27 @@ def check_env_id(env_id: str) -> str:
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
     """``gym.make``, with an unknown id or a bad argument turned into one ``UsageError`` line."""
+    from lmgym.compat import LibraryError
+
     check_env_id(env_id)
     try:
         return gym.make(env_id, **kwargs)
     except (TypeError, ValueError) as e:
         raise UsageError(f"bad argument for {env_id}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
+    except (ImportError, LibraryError) as e:  # a task library that is missing or needs what is not here
+        raise UsageError(f"{env_id}: {str(e).splitlines()[0]}") from e
 
 
 def summary_line(env_id: str) -> str:
     """The first line of the env's docstring (the env class behind its entry point)."""
+    from lmgym.compat import COMPAT, installed
+
+    if env_id in COMPAT:  # an adapter: its library loads only when one is made
+        creator = gym.envs.registration.load_env_creator(gym.spec(env_id).entry_point)
+        _, _, extra, module = COMPAT[env_id]
+        doc = (creator.__doc__ or "").strip().splitlines()
+        state = f"lmgym list --tasks {extra}" if installed(module) else f"pip install 'lmgym[{extra}]'"
+        return (doc[0] if doc else "") + f" [{state}]"
     env = gym.make(env_id)
     doc = (type(env.unwrapped).__doc__ or "").strip().splitlines()
     try:
@@ -51,6 +63,15 @@ def summary_line(env_id: str) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> None:
+    if args.tasks:
+        from lmgym.compat import task_names
+
+        try:
+            names = task_names(args.tasks)
+        except (ImportError, ValueError) as e:
+            raise UsageError(str(e).splitlines()[0]) from e
+        print("\n".join(names))
+        return
     ids = lmgym_ids()
     width = max(map(len, ids))
     for env_id in ids:
@@ -124,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("list", help="list the registered lmgym envs")
+    p.add_argument(
+        "--tasks",
+        metavar="LIBRARY",
+        choices=["reasoning-gym", "textarena", "gem"],
+        help="list a task library's tasks instead (reasoning-gym, textarena, gem)",
+    )
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("play", help="play an env by typing actions")

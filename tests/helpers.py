@@ -32,3 +32,12 @@ def tiny_model(vocab_size, eos_token_id, seed=0, n_layer=2, n_embd=64, n_positio
         eos_token_id=eos_token_id,
     )
     return GPT2LMHeadModel(config)
+
+
+def registered_ids():
+    """Every registered lmgym id whose library is installed (the task-library adapters need theirs)."""
+    import gymnasium as gym
+
+    from lmgym.compat import COMPAT, installed
+
+    return sorted(i for i in gym.registry if i.startswith("lmgym/") and (i not in COMPAT or installed(COMPAT[i][3])))

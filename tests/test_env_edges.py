@@ -8,6 +8,7 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import registered_ids  # noqa: I001
 
 import lmgym
 from lmgym.envs.echo import EchoEnv
@@ -163,7 +164,7 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize("env_id", sorted(i for i in gym.registry if i.startswith("lmgym/")))
+@pytest.mark.parametrize("env_id", registered_ids())
 def test_hostile_actions_stay_inside_the_observation_space(env_id):
     env = gym.make(env_id)
     longest = env.get_wrapper_attr("max_action_tokens")

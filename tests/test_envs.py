@@ -9,13 +9,14 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers import RecordEpisodeStatistics, TimeLimit
+from helpers import registered_ids  # noqa: I001
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lmgym
 from lmgym.core import LMEnv
 
-IDS = sorted(i for i in gym.registry if i.startswith("lmgym/"))
+IDS = registered_ids()
 
 
 def encode(env, text):

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 from gymnasium.wrappers import FrameStackObservation, RecordEpisodeStatistics, TimeLimit
+from helpers import registered_ids  # noqa: I001
 
 import lmgym
 from lmgym.wrappers import RecordTranscript, TokenizeObservation, TokenLevel
 
-IDS = sorted(i for i in gym.registry if i.startswith("lmgym/"))
+IDS = registered_ids()
 
 
 def make_token_level(env_id="lmgym/Echo-v0", **kwargs):

@@ -82,11 +82,12 @@ class ReasoningGymEnv(LMEnv):
 
     def _dataset(self, config: dict[str, Any]) -> Any:
         rg = require("reasoning_gym", "reasoning-gym")
-        with named_errors(f"reasoning-gym task {self.task!r} with config {config}"):
-            try:
-                return rg.create_dataset(self.task, **config)
-            except (TypeError, ValueError, AssertionError) as e:  # a bad config: the user's input
-                raise ValueError(f"reasoning-gym task {self.task!r} refuses config {config}: {e}") from e
+        try:
+            return rg.create_dataset(self.task, **config)
+        except (TypeError, ValueError, AssertionError) as e:  # a bad config: the user's input
+            raise ValueError(f"reasoning-gym task {self.task!r} refuses config {config}: {e}") from e
+        except Exception as e:
+            raise LibraryError(f"reasoning-gym task {self.task!r} with config {config} raised {e!r:.300}") from e
 
     def __getstate__(self) -> dict[str, Any]:  # the dataset is rebuilt on unpickling (AsyncVectorEnv)
         return {k: v for k, v in self.__dict__.items() if k != "dataset"}

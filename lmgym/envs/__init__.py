@@ -19,7 +19,11 @@ ENVS: dict[str, tuple[str, int]] = {
 
 
 def register_envs() -> None:
-    """Registers every lmgym env under the ``lmgym/`` namespace (idempotent)."""
-    for env_id, (entry_point, max_steps) in ENVS.items():
+    """Registers every lmgym env under the ``lmgym/`` namespace (idempotent), the adapters of the
+    task libraries (``lmgym.compat``) included: their libraries load only when one is made."""
+    from lmgym.compat import COMPAT
+
+    shipped = {env_id: (entry_point, steps) for env_id, (entry_point, steps, *_) in COMPAT.items()}
+    for env_id, (entry_point, max_steps) in {**ENVS, **shipped}.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point, max_episode_steps=max_steps)

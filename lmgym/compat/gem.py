@@ -1,0 +1,138 @@
+"""GEM-v0: GEM's envs (``gem-llm``) as lmgym envs (``pip install 'lmgym[gem]'``).
+
+GEM envs are Gymnasium-like already, with strings for actions; the adapter adds the token-action
+contract, the tokenizer and a seeded stream of their own for the global RNG GEM draws from.
+``lmgym.compat.gem.make("game:GuessTheNumber-v0-easy")`` is ``gym.make("lmgym/GEM-v0",
+env_id="game:GuessTheNumber-v0-easy")``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import gymnasium as gym
+
+from lmgym.compat import LibraryError, OwnRNG, named_errors, require
+from lmgym.core import LMEnv
+
+NEEDS = {
+    "math:": "the network, to download its dataset from the Hugging Face Hub",
+    "qa:": "the network, to download its dataset from the Hugging Face Hub",
+    "code:": "the network, to download its dataset from the Hugging Face Hub",
+    "eval:": "the network, to download its dataset from the Hugging Face Hub",
+    "terminal:": "Docker, to run its terminal",
+}
+"""What GEM envs outside the games need at run time, by id prefix (this machine has neither)."""
+HINT = re.compile(r"target number is (higher|lower) than (\d+)")
+
+
+def make(env_id: str, **kwargs: Any) -> gym.Env:
+    """``gym.make("lmgym/GEM-v0", env_id=env_id, **kwargs)``: a GEM env with lmgym's contract."""
+    return gym.make("lmgym/GEM-v0", env_id=env_id, **kwargs)
+
+
+class GEMEnv(LMEnv):
+    """A GEM env (``gem-llm``): its text in, the model's text out, its rewards.
+
+    ## Description
+    ``gem.make(env_id)`` builds the env once; ``reset(seed=s)`` resets it with a seed drawn from
+    the lmgym env's RNG (so ``reset(seed=s)`` reproduces the episode, and GEM's draws from the
+    global ``random`` are this env's own stream). Each step passes the decoded action to GEM's
+    ``step`` and returns its observation with GEM's ``suffix`` (the next instruction) after it.
+    GEM games read the action inside ``\\boxed{...}``: the default stop string is ``}``.
+
+    ## Action Space
+    ``TokenSequence(vocab_size, max_action_tokens=48)``.
+
+    ## Observation Space
+    ``AnyText(max_observation_length=16384)``: GEM's instructions, then each observation.
+
+    ## Starting State
+    GEM's ``reset``, seeded as above.
+
+    ## Rewards
+    GEM's rewards (``info["correct"]`` when an episode ends on GEM's success reward, 1.0).
+
+    ## Episode End
+    When GEM says so (``terminated``/``truncated``), or the registered limit of 200 steps.
+
+    ## Arguments
+    ``gym.make("lmgym/GEM-v0", env_id="game:GuessTheNumber-v0-easy", stop_strings=("}",),
+    env_kwargs={}, tokenizer=None)``. Ids of datasets (``math:``, ``qa:``, ``code:``, ``eval:``)
+    and of terminals (``terminal:``) say in one line what they need.
+
+    ## Version History
+    - v0: first version.
+    """
+
+    max_action_tokens = 48
+    max_observation_length = 16384
+    special_tokens = ("\\boxed{",)
+
+    def __init__(
+        self,
+        env_id: str = "game:GuessTheNumber-v0-easy",
+        stop_strings: tuple[str, ...] | list[str] = ("}",),
+        env_kwargs: dict[str, Any] | None = None,
+        tokenizer: Any = None,
+        render_mode: str | None = None,
+        max_action_tokens: int | None = None,
+        max_observation_length: int | None = None,
+    ):
+        super().__init__(tokenizer, render_mode, max_action_tokens, max_observation_length)
+        require("gem", "gem")
+        registry = require("gem.envs.registration", "gem").ENV_REGISTRY
+        if env_id not in registry:
+            import difflib
+
+            close = difflib.get_close_matches(env_id, list(registry), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else "; lmgym list --tasks gem names them"
+            raise ValueError(f"unknown GEM env {env_id!r}{hint}")
+        self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
+        self.stop_strings = tuple(stop_strings)
+        self.rng = OwnRNG()
+        need = next((what for prefix, what in NEEDS.items() if env_id.startswith(prefix)), None)
+        try:
+            with self.rng, named_errors(f"GEM env {env_id!r}"):
+                self.gem = require("gem", "gem").make(env_id, **self.env_kwargs)
+        except LibraryError as e:
+            if need is None:
+                raise
+            raise LibraryError(f"GEM env {env_id!r} needs {need}, and making it failed: {e.__cause__!s:.200}") from e
+        self.hints: list[tuple[str, int]] = []
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        inner_seed = int(self.np_random.integers(2**31))
+        self.rng.seed(inner_seed)
+        with self.rng, named_errors(f"GEM env {self.env_id!r} reset"):
+            obs, info = self.gem.reset(seed=inner_seed)
+        self.hints = []
+        return f"{obs}\n", _plain(info)
+
+    def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        with self.rng, named_errors(f"GEM env {self.env_id!r}", text):
+            obs, reward, terminated, truncated, info = self.gem.step(text)
+        self.hints += [(h, int(n)) for h, n in HINT.findall(str(obs))]
+        done = bool(terminated or truncated)
+        suffix = info.get("suffix") if isinstance(info, dict) and not done else None
+        out = f"{obs}\n{suffix}\n" if suffix else f"{obs}\n"
+        info = {**_plain(info), "correct": done and float(reward) >= 1.0}
+        return out, float(reward), bool(terminated), bool(truncated) and not terminated, info
+
+    def oracle(self) -> str:
+        """For GuessTheNumber: bisection over the hints so far (GEM envs have no oracle of their own)."""
+        if type(self.gem).__name__ != "GuessTheNumberEnv":
+            raise NotImplementedError(f"GEM env {self.env_id!r} has no oracle in lmgym")
+        lo, hi = self.gem.min_number, self.gem.max_number
+        for hint, n in self.hints:
+            lo, hi = (max(lo, n + 1), hi) if hint == "higher" else (lo, min(hi, n - 1))
+        return f"\\boxed{{{(lo + hi) // 2}}}"
+
+
+def _plain(info: Any) -> dict[str, Any]:
+    return dict(info) if isinstance(info, dict) else {}
+
+
+__all__ = ["GEMEnv", "make"]
