@@ -47,7 +47,7 @@ def summary_line(env_id: str) -> str:
     from lmgym.compat import COMPAT, installed
 
     if env_id in COMPAT:  # an adapter: its library loads only when one is made
-        creator = gym.envs.registration.load_env_creator(gym.spec(env_id).entry_point)
+        creator = gym.envs.registration.load_env_creator(str(gym.spec(env_id).entry_point))
         _, _, extra, module = COMPAT[env_id]
         doc = (creator.__doc__ or "").strip().splitlines()
         state = f"lmgym list --tasks {extra}" if installed(module) else f"pip install 'lmgym[{extra}]'"

@@ -252,7 +252,7 @@ def cache_argument(model: Any) -> str:
 
 
 @functools.cache
-def _cache_argument(model_class: type) -> str:
+def _cache_argument(model_class: Any) -> str:
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 

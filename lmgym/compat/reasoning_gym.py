@@ -63,7 +63,6 @@ class ReasoningGymEnv(LMEnv):
         max_observation_length: int | None = None,
     ):
         super().__init__(tokenizer, render_mode, max_action_tokens, max_observation_length)
-        rg = require("reasoning_gym", "reasoning-gym")
         names = require("reasoning_gym.factory", "reasoning-gym").DATASETS
         if task not in names:
             import difflib

@@ -123,7 +123,7 @@ class TextArenaEnv(LMEnv):
 
     max_action_tokens = 48
     max_observation_length = 16384
-    stop_strings = ("]",)
+    stop_strings: tuple[str, ...] = ("]",)
     special_tokens = ("[GAME]",)
 
     def __init__(
