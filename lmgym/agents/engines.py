@@ -25,7 +25,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
@@ -248,7 +248,7 @@ def cache_argument(model: Any) -> str:
     releases) or ``past_key_values`` (5.19 and earlier). Passing the wrong one is silently ignored,
     and the decode loop would then run without the cache: wrong log-probs, no error."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PeftModel's is **kwargs
-    return _cache_argument(type(base))
+    return _cache_argument(cast(Any, type(base)))
 
 
 @functools.cache
