@@ -29,7 +29,7 @@ def check_env_id(env_id: str) -> str:
     raise UsageError(f"unknown env id {env_id!r}{hint}")
 
 
-def make_env(env_id: str, **kwargs: Any) -> gym.Env:
+def make_env(env_id: str, /, **kwargs: Any) -> gym.Env:
     """``gym.make``, with an unknown id or a bad argument turned into one ``UsageError`` line."""
     from lmgym.compat import LibraryError
 

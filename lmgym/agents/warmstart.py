@@ -213,12 +213,12 @@ def default_model(
         except Exception:  # noqa: BLE001 (whatever is wrong with it, the entry is rebuilt)
             pass
         print(f"the cached warm start in {path} is unreadable: rebuilding it")
-    torch.manual_seed(config.seed)
-    build = tiny_llama if config.architecture == "llama" else tiny_gpt2
-    model = build(tokenizer, config.n_layer, config.n_embd, config.n_head, config.n_positions)
     env = gym.make(env_id, tokenizer=tokenizer, **env_kwargs)
     demos = demonstrations(env, config.demonstrations, tokenizer, config.tool_rate, config.seed)
     env.close()
+    torch.manual_seed(config.seed)
+    build = tiny_llama if config.architecture == "llama" else tiny_gpt2
+    model = build(tokenizer, config.n_layer, config.n_embd, config.n_head, context_for(demos, config))
     supervised_finetune(model, demos, config.steps, config.batch_size, config.learning_rate, config.seed)
     if use_cache:
         with written_aside(path) as tmp:  # renamed into place when complete: a kill leaves no half entry
@@ -226,6 +226,17 @@ def default_model(
             tokenizer.save_pretrained(tmp)
             (tmp / "warmstart.json").write_text(key)
     return model, tokenizer, path
+
+
+def context_for(demos: list[Episode], config: WarmStartConfig) -> int:
+    """Positions for the default model: ``config.n_positions``, or, for an env whose episodes are
+    longer (a game's long rules, many turns), twice the longest demonstration, rounded up to 64:
+    room for the longer episodes of a policy that is still learning. Rotary positions cost
+    nothing to extend; a learned-position GPT-2 keeps ``n_positions``."""
+    longest = max((len(d.tokens) for d in demos), default=0)
+    if config.architecture != "llama" or 2 * longest <= config.n_positions:
+        return config.n_positions
+    return -(-2 * longest // 64) * 64
 
 
 def load_for_env(
