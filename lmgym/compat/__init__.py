@@ -50,6 +50,24 @@ def require(module: str, extra: str) -> ModuleType:
         raise ImportError(f"this env needs {module}: pip install 'lmgym[{extra}]' ({e})") from e
 
 
+def check_name(kind: str, name: str, names: list[str], extra: str) -> None:
+    """``ValueError`` for a task, game or env the library does not have, with the closest names.
+
+    Example:
+        >>> check_name("reasoning-gym task", "chain_sums", ["chain_sum", "gcd"], "reasoning-gym")
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown reasoning-gym task 'chain_sums'; did you mean chain_sum?
+    """
+    if name in names:
+        return
+    import difflib
+
+    close = difflib.get_close_matches(name, names, n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; lmgym list --tasks {extra} names them"
+    raise ValueError(f"unknown {kind} {name!r}{hint}")
+
+
 def installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from lmgym.compat import LibraryError, OwnRNG, named_errors, require
+from lmgym.compat import LibraryError, OwnRNG, check_name, named_errors, require
 from lmgym.core import LMEnv
 
 NEEDS = {
@@ -83,12 +83,7 @@ class GEMEnv(LMEnv):
         super().__init__(tokenizer, render_mode, max_action_tokens, max_observation_length)
         require("gem", "gem")
         registry = require("gem.envs.registration", "gem").ENV_REGISTRY
-        if env_id not in registry:
-            import difflib
-
-            close = difflib.get_close_matches(env_id, list(registry), n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else "; lmgym list --tasks gem names them"
-            raise ValueError(f"unknown GEM env {env_id!r}{hint}")
+        check_name("GEM env", env_id, list(registry), "gem")
         self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
         self.stop_strings = tuple(stop_strings)
         self.rng = OwnRNG()

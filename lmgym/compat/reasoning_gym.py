@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from lmgym.compat import LibraryError, named_errors, require
+from lmgym.compat import LibraryError, check_name, named_errors, require
 from lmgym.core import LMEnv
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -63,13 +63,8 @@ class ReasoningGymEnv(LMEnv):
         max_observation_length: int | None = None,
     ):
         super().__init__(tokenizer, render_mode, max_action_tokens, max_observation_length)
-        names = require("reasoning_gym.factory", "reasoning-gym").DATASETS
-        if task not in names:
-            import difflib
-
-            close = difflib.get_close_matches(task, list(names), n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else "; lmgym list --tasks reasoning-gym names them"
-            raise ValueError(f"unknown reasoning-gym task {task!r}{hint}")
+        names = list(require("reasoning_gym.factory", "reasoning-gym").DATASETS)
+        check_name("reasoning-gym task", task, names, "reasoning-gym")
         if max_attempts < 0:
             raise ValueError(f"max_attempts must be >= 0, got {max_attempts}")
         self.task, self.max_attempts = task, int(max_attempts)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from lmgym.compat import LibraryError, OwnRNG, named_errors, require
+from lmgym.compat import LibraryError, OwnRNG, check_name, named_errors, require
 from lmgym.core import LMEnv
 
 MOVES = re.compile(r"(?:available|valid|legal) moves?\s*:?\s*(.*)", re.IGNORECASE)
@@ -140,12 +140,7 @@ class TextArenaEnv(LMEnv):
         super().__init__(tokenizer, render_mode, max_action_tokens, max_observation_length)
         ta = require("textarena", "textarena")
         registry = require("textarena.envs.registration", "textarena").ENV_REGISTRY
-        if game not in registry:
-            import difflib
-
-            close = difflib.get_close_matches(game, [i for i in registry if not i.endswith("-raw")], n=3)
-            hint = f"; did you mean {', '.join(close)}?" if close else "; lmgym list --tasks textarena names them"
-            raise ValueError(f"unknown TextArena game {game!r}{hint}")
+        check_name("TextArena game", game, [i for i in registry if not i.endswith("-raw")], "textarena")
         self.game, self.player = game, int(player)
         self.stop_strings = tuple(stop_strings)
         self.rng = OwnRNG()
