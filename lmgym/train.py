@@ -78,12 +78,13 @@ def add_train_commands(sub: Any, usage_error: type[Exception]) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=lambda args: train(args, usage_error))
 
-    p = sub.add_parser("eval", help="greedy and sampled success on held-out seeds")
+    p = sub.add_parser("eval", help="greedy success on held-out seeds (and sampled, with --sampled)")
     p.add_argument("env_id")
     p.add_argument("--model", required=True, help="a directory saved by lmgym train (or any HF model path)")
     p.add_argument("--episodes", type=int, default=200)
     p.add_argument("--num-envs", type=int, default=50)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--sampled", action="store_true", help="also play the episodes sampled (default: greedy only)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
     add_model_flags(p)
     p.add_argument("--seed", type=int, default=0)
@@ -348,7 +349,7 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     envs = _make_envs(args, num_envs, agent.tokenizer, env_kwargs)
     eval_envs = _make_envs(args, min(50, args.eval_episodes), agent.tokenizer, env_kwargs)
 
-    before, before_batch = evaluate(agent, eval_envs, args.eval_episodes)
+    before, before_batch = evaluate(agent, eval_envs, args.eval_episodes, progress=True)
     if args.resume is None:  # a resumed run keeps the history it has
         logger = MetricsLogger(out, config.to_dict())
         logger.log(eval_metrics(before), 0)
@@ -421,17 +422,18 @@ def evaluate_command(args: argparse.Namespace, usage_error: type[Exception]) -> 
     agent = _make_agent(args, PPOConfig(seed=args.seed), env_kwargs, usage_error)
     _check_chat_template(args, agent.tokenizer, usage_error)
     envs = _make_envs(args, min(args.num_envs, args.episodes), agent.tokenizer, env_kwargs)
-    greedy, _ = evaluate(agent, envs, args.episodes, greedy=True)
-    sampled, _ = evaluate(agent, envs, args.episodes, greedy=False)
+    results = {"greedy": evaluate(agent, envs, args.episodes, greedy=True, progress=True)[0]}
+    if args.sampled:
+        results["sampled"] = evaluate(agent, envs, args.episodes, greedy=False, progress=True)[0]
     if args.json:
-        print(json.dumps({**greedy, "sampled": sampled}))
+        print(json.dumps({**results["greedy"], **({"sampled": results["sampled"]} if args.sampled else {})}))
         return
     print(
         _table(
             ["", "success", "tool-call rate", "mean return", "episodes"],
             [
                 [name, f"{s['success']:.1%}", f"{s['tool_rate']:.1%}", f"{s['mean_return']:.3f}", str(s["episodes"])]
-                for name, s in (("greedy", greedy), ("sampled", sampled))
+                for name, s in results.items()
             ],
         )
     )

@@ -108,12 +108,14 @@ def test_trained_model_reloads_and_generates(smoke_run):
 @pytest.mark.slow
 def test_eval_prints_a_table_and_json(smoke_run):
     out, _ = smoke_run
-    table = lmgym("eval", "lmgym/Calculator-v0", "--model", str(out / "model"), "--episodes", "6")
+    table = lmgym("eval", "lmgym/Calculator-v0", "--model", str(out / "model"), "--episodes", "6", "--sampled")
     assert table.returncode == 0, table.stderr[-2000:]
     assert "greedy" in table.stdout and "sampled" in table.stdout and "success" in table.stdout
+    assert "evaluating (greedy)" in table.stderr and "tokens_per_s=" in table.stderr  # the progress bar
     result = lmgym("eval", "lmgym/Calculator-v0", "--model", str(out / "model"), "--episodes", "6", "--json")
     data = json.loads(result.stdout)
     assert {"success", "tool_rate", "mean_return", "episodes"} <= set(data) and data["episodes"] == 6
+    assert "sampled" not in data  # greedy only unless --sampled
 
 
 @pytest.mark.slow

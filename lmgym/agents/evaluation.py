@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -17,14 +18,38 @@ def held_out_seeds(n: int) -> list[int]:
 
 
 def evaluate(
-    agent: PPOAgent, envs: gym.Env | gym.vector.VectorEnv, episodes: int = 200, greedy: bool = True
+    agent: PPOAgent,
+    envs: gym.Env | gym.vector.VectorEnv,
+    episodes: int = 200,
+    greedy: bool = True,
+    progress: bool = False,
 ) -> tuple[dict[str, Any], Trajectories]:
     """Plays ``episodes`` held-out episodes; returns ``{"success", "tool_rate", "mean_return",
-    "episodes"}`` and the episodes themselves."""
+    "episodes"}`` and the episodes themselves. With ``progress``, a bar shows the episodes done
+    and the generated tokens per second (one wave of the vector env at a time)."""
+    from tqdm.auto import tqdm
+
     kwargs = {"do_sample": False} if greedy else {}
-    batch = agent.collect(
-        envs, episodes, group_size=1, seeds=held_out_seeds(episodes), generation_kwargs=kwargs, score=False
-    )
+    seeds = held_out_seeds(episodes)
+    wave = envs.num_envs if isinstance(envs, gym.vector.VectorEnv) else 1
+    played: list[Any] = []
+    generated, started = 0, time.perf_counter()
+    desc = "evaluating (greedy)" if greedy else "evaluating (sampled)"
+    with tqdm(total=episodes, unit="ep", desc=desc, disable=not progress, leave=False) as bar:
+        for first in range(0, episodes, wave):
+            part = agent.collect(
+                envs,
+                len(seeds[first : first + wave]),
+                group_size=1,
+                seeds=seeds[first : first + wave],
+                generation_kwargs=kwargs,
+                score=False,
+            )
+            played += part.episodes
+            generated += sum(int(e.action_mask.sum()) for e in part.episodes)
+            bar.update(len(part))
+            bar.set_postfix(tokens_per_s=f"{generated / max(time.perf_counter() - started, 1e-9):.0f}")
+    batch = Trajectories(played, agent.tokenizer)
     stats = batch.stats()
     return {
         "success": stats["env/success"],
