@@ -109,15 +109,20 @@ def supervised_finetune(
     batch_size: int,
     learning_rate: float,
     seed: int = 0,
+    progress: bool = True,
 ) -> list[float]:
-    """Cross-entropy on the action tokens of ``episodes``; returns the loss per step."""
+    """Cross-entropy on the action tokens of ``episodes``; returns the loss per step. With
+    ``progress``, a bar shows the steps and the loss."""
+    from tqdm.auto import tqdm
+
     generator = torch.Generator().manual_seed(seed)
     optimizer = adamw(list(model.parameters()), learning_rate)
 
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 20))  # warmup, then constant
     model.train()
     losses = []
-    for _ in range(steps):
+    bar = tqdm(range(steps), desc="warm start", unit="step", disable=not progress, leave=False)
+    for _ in bar:
         rows = torch.randint(len(episodes), (batch_size,), generator=generator).tolist()
         tokens, attention = pad_batch([episodes[r].tokens for r in rows], 0)
         mask, _ = pad_batch([episodes[r].action_mask for r in rows], 0)
@@ -129,6 +134,7 @@ def supervised_finetune(
         optimizer.step()
         schedule.step()
         losses.append(loss.item())
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
     model.eval()
     return losses
 
