@@ -236,23 +236,19 @@ def _make_agent(args: argparse.Namespace, config: Any, env_kwargs: dict[str, Any
 
 
 def _make_envs(args: argparse.Namespace, n: int, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:
-    import functools
-
+    """``n`` envs stepped at the same time (``ConcurrentVectorEnv``: tool calls overlap; results
+    are exactly a ``SyncVectorEnv``'s), autoreset in the same step."""
     import gymnasium as gym
     from gymnasium.vector import AutoresetMode
 
+    from lmgym.vector import ConcurrentVectorEnv
     from lmgym.wrappers import ChatTemplate
 
-    chat = [functools.partial(ChatTemplate, system=args.system)] if args.chat_template else []
-    return gym.make_vec(
-        args.env_id,
-        num_envs=n,
-        vectorization_mode="sync",
-        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-        wrappers=chat,
-        tokenizer=tokenizer,
-        **env_kwargs,
-    )
+    def make() -> gym.Env:
+        env = gym.make(args.env_id, tokenizer=tokenizer, **env_kwargs)
+        return ChatTemplate(env, system=args.system) if args.chat_template else env
+
+    return ConcurrentVectorEnv([make] * n, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
 def _check_chat_template(args: argparse.Namespace, tokenizer: Any, usage_error: type[Exception]) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import random
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
@@ -98,6 +99,10 @@ class OwnRNG:
         True
     """
 
+    LOCK = threading.RLock()
+    """Held while a library draws from the global RNG, so envs stepped in threads
+    (``ConcurrentVectorEnv``) never see each other's state."""
+
     def __init__(self) -> None:
         self.state: tuple[Any, Any] | None = None
         self.saved: list[tuple[Any, Any]] = []
@@ -108,6 +113,7 @@ class OwnRNG:
             np.random.seed(seed % 2**32)
 
     def __enter__(self) -> OwnRNG:
+        self.LOCK.acquire()
         self.saved.append((random.getstate(), np.random.get_state()))
         if self.state is not None:
             random.setstate(self.state[0])
@@ -119,6 +125,7 @@ class OwnRNG:
         python, numpy = self.saved.pop()
         random.setstate(python)
         np.random.set_state(numpy)
+        self.LOCK.release()
 
 
 @contextmanager

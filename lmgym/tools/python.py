@@ -60,7 +60,6 @@ import functools
 import json
 import math
 import os
-import resource
 import selectors
 import shutil
 import signal
@@ -203,15 +202,19 @@ class PythonTool:
     def __call__(self, code: str) -> str:
         return self.run(code).text
 
-    def _limit(self, nproc: bool) -> None:  # runs in the child, between fork and exec
+    def limits(self, nproc: bool) -> dict[str, int]:
+        """The rlimits the supervisor sets on itself before it starts the code (who inherits them)."""
         mb = 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (self.memory_mb * mb, self.memory_mb * mb))
-        resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_seconds, self.cpu_seconds))
+        limits = {
+            "RLIMIT_AS": self.memory_mb * mb,
+            "RLIMIT_CPU": self.cpu_seconds,
+            "RLIMIT_FSIZE": self.max_file_mb * mb,
+            "RLIMIT_NOFILE": self.max_open_files,
+            "RLIMIT_CORE": 0,
+        }
         if nproc:  # else the cgroup counts them, for every user, root included
-            resource.setrlimit(resource.RLIMIT_NPROC, (self.max_processes, self.max_processes))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (self.max_file_mb * mb, self.max_file_mb * mb))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (self.max_open_files, self.max_open_files))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            limits["RLIMIT_NPROC"] = self.max_processes
+        return limits
 
     def command(self, scratch: str) -> list[str]:
         """The command the supervisor runs in ``scratch``: ``python -I main.py``, inside bwrap at
@@ -246,6 +249,7 @@ class PythonTool:
             "argv": self.command(scratch),
             "status_fd": status_write,
             "cgroups": group.procs_files if group else [],
+            "limits": self.limits(nproc=group is None),
             "user": user,
         }
         env = {"PATH": os.defpath, "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8"}
@@ -259,7 +263,6 @@ class PythonTool:
                 stderr=subprocess.PIPE,
                 pass_fds=(status_write,),
                 start_new_session=True,  # its own session and process group
-                preexec_fn=functools.partial(self._limit, group is None),
             )
         except OSError:
             os.close(status_read)

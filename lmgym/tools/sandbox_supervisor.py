@@ -4,8 +4,10 @@
 (outside bubblewrap, so the code never sees it), with one argument, a JSON object:
 ``timeout`` (wall-clock seconds), ``argv`` (the command: ``bwrap ... python -I main.py`` or
 ``python -I main.py``), ``status_fd`` (a pipe the host owns), ``cgroups`` (``cgroup.procs``
-files to join first, possibly none) and ``user`` (``[uid, gid]`` to run the command as, or
-``null``).
+files to join first, possibly none), ``limits`` (``{"RLIMIT_AS": bytes, ...}``, set on itself
+first, so the command inherits them) and ``user`` (``[uid, gid]`` to run the command as, or
+``null``). Setting the limits here rather than in a ``preexec_fn`` keeps ``PythonTool.run``
+safe to call from several threads at once.
 
 The supervisor cannot be reached from the code: the status pipe is never inherited, the
 supervisor is not dumpable (no ``ptrace``, no ``/proc/<pid>/fd`` for a process without
@@ -27,6 +29,7 @@ Standard library only: it must run on the bare interpreter.
 import ctypes
 import json
 import os
+import resource
 import signal
 import sys
 import time
@@ -138,6 +141,8 @@ def main() -> None:
     status_fd = int(config["status_fd"])
     os.set_inheritable(status_fd, False)  # the code never holds the status pipe
     try:
+        for name, value in config.get("limits", {}).items():
+            resource.setrlimit(getattr(resource, name), (value, value))
         for procs in config.get("cgroups", []):
             with open(procs, "w") as f:
                 f.write(str(os.getpid()))
