@@ -71,8 +71,23 @@ class ReasoningGymEnv(LMEnv):
         self.config = {"seed": 0, **(config or {})}
         self.finite = "size" in self.config  # else one instance per seed, made at reset
         self.dataset = self._dataset(self.config if self.finite else {**self.config, "size": 1})
+        self.reseedable = not self.finite and self._reseedable()
         self.entry: dict[str, Any] = {}
         self.attempts = 0
+
+    def _reseedable(self) -> bool:
+        """Whether setting the dataset's ``seed`` gives the instance a new dataset of that seed
+        would (most tasks draw each item from ``Random(seed + index)``): then one dataset serves
+        every reset, instead of one made per reset (some tasks load files when made)."""
+        base = int(self.config["seed"])
+        for offset in (1, 2, 3):
+            fresh = self._dataset({**self.config, "seed": base + offset, "size": 1})[0]
+            self.dataset.seed = base + offset
+            mine = self.dataset[0]
+            if (mine["question"], mine["answer"]) != (fresh["question"], fresh["answer"]):
+                self.dataset = self._dataset({**self.config, "size": 1})
+                return False
+        return True
 
     def _dataset(self, config: dict[str, Any]) -> Any:
         rg = require("reasoning_gym", "reasoning-gym")
@@ -93,7 +108,9 @@ class ReasoningGymEnv(LMEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         index = seed if seed is not None else int(self.np_random.integers(2**30))
-        if not self.finite:
+        if self.reseedable:
+            self.dataset.seed = int(self.config["seed"]) + index
+        elif not self.finite:
             self.dataset = self._dataset({**self.config, "seed": int(self.config["seed"]) + index, "size": 1})
         with named_errors(f"reasoning-gym task {self.task!r} (item {index})"):
             self.entry = self.dataset[index % len(self.dataset) if self.finite else 0]
