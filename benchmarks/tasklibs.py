@@ -34,7 +34,7 @@ RG = "lmgym/ReasoningGym-v0"
 RUNS = {
     "arithmetic": ("reasoning-gym", "basic_arithmetic", [RG, "--env-arg", "task=basic_arithmetic"]),
     "string": ("reasoning-gym", "spell_backward", [RG, "--env-arg", "task=spell_backward"]),
-    "logic": ("reasoning-gym", "aiw", [RG, "--env-arg", "task=aiw"]),
+    "logic": ("reasoning-gym", "syllogism", [RG, "--env-arg", "task=syllogism"]),
     "textarena": (
         "TextArena",
         "GuessTheNumber-v0",
