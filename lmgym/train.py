@@ -306,35 +306,38 @@ def _quiet_transformers() -> None:
 
 def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     from lmgym.agents.config import PPOConfig
-    from lmgym.agents.evaluation import evaluate, transcript
-    from lmgym.agents.metrics import MetricsLogger
-    from lmgym.agents.plotting import plot_learning_curve
     from lmgym.cli import parse_kwargs
 
-    _check_inputs(args, usage_error)
+    _check_inputs(args, usage_error)  # bad input fails here, before torch is even imported
     started = time.perf_counter()
-    _set_threads(args.threads)
-    _quiet_transformers()
     env_kwargs = parse_kwargs(args.env_arg)
     overrides = {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
     base = dict(TINY_MODEL_CONFIG) if args.model is None else {}
     try:
-        from lmgym.agents.models import parse_lora
+        peft_config = None
+        if args.lora:
+            from lmgym.agents.models import parse_lora
 
+            peft_config = parse_lora(args.lora)
         config = PPOConfig(
             **{**base, **overrides, "seed": args.seed, "estimator": args.estimator},
             generation_kwargs=args.generation_kwargs or {},
-            peft_config=parse_lora(args.lora) if args.lora else None,
+            peft_config=peft_config,
         )
     except (TypeError, ValueError) as e:
         raise usage_error(str(e)) from e
+    out = Path(args.out)
+    lock = _claim_run_dir(args, usage_error)  # noqa: F841 (held until the process ends)
+    _set_threads(args.threads)
+    _quiet_transformers()
     from lmgym.agents.engines import engine_problem
+    from lmgym.agents.evaluation import evaluate, transcript
+    from lmgym.agents.metrics import MetricsLogger
+    from lmgym.agents.plotting import plot_learning_curve
 
     problem = engine_problem(config.engine)  # before any model is built or warm-started
     if problem:
         raise usage_error(problem)
-    out = Path(args.out)
-    lock = _claim_run_dir(args, usage_error)  # noqa: F841 (held until the process ends)
     agent = _make_agent(args, config, env_kwargs, usage_error)
     _check_chat_template(args, agent.tokenizer, usage_error)
     from lmgym.agents.models import format_memory
@@ -400,13 +403,14 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
 
 
 def evaluate_command(args: argparse.Namespace, usage_error: type[Exception]) -> None:
-    from lmgym.agents import PPOConfig
-    from lmgym.agents.evaluation import evaluate
+    from lmgym.agents.config import PPOConfig
     from lmgym.cli import parse_kwargs
 
     _check_inputs(args, usage_error)
     if not os.path.exists(args.model):
         raise usage_error(f"--model {args.model!r} does not exist")
+    from lmgym.agents.evaluation import evaluate
+
     _set_threads(None)
     _quiet_transformers()
     from lmgym.agents.models import read_manifest
@@ -437,16 +441,16 @@ def evaluate_command(args: argparse.Namespace, usage_error: type[Exception]) -> 
 
 def export_command(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     """``lmgym export DIR --merged OUT``: base + adapters -> ``merge_and_unload`` -> a plain model."""
-    from lmgym.agents.models import is_adapter_dir, load_model
-    from lmgym.tokenizers import load_tokenizer
-
-    if not is_adapter_dir(args.model_dir):
+    if not (Path(args.model_dir) / "adapter_config.json").is_file():
         raise usage_error(f"{args.model_dir!r} holds no LoRA adapters (no adapter_config.json): nothing to merge")
     target = Path(args.merged)
     if target.exists() and not target.is_dir():
         raise usage_error(f"--merged {args.merged!r} is a file, not a directory")
     if target.is_dir() and any(target.iterdir()) and not args.overwrite:
         raise usage_error(f"--merged {args.merged!r} is not empty: pick a new directory or pass --overwrite")
+    from lmgym.agents.models import load_model
+    from lmgym.tokenizers import load_tokenizer
+
     _quiet_transformers()
     try:
         model = load_model(args.model_dir, trainable=False)
