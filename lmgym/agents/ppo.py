@@ -15,6 +15,7 @@ Every stage is a method a subclass can override (``generate``, ``compute_rewards
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -638,9 +639,14 @@ class PPOAgent:
 
     def env_fingerprint(self, envs: gym.Env | VectorEnv | None) -> dict[str, Any]:
         """What a checkpoint must share with the run that resumes it: the env id and the tokens."""
+        return {"id": env_id_of(envs) if envs is not None else None, "tokens": self.tokens_fingerprint}
+
+    @functools.cached_property
+    def tokens_fingerprint(self) -> str:
+        """SHA-256 of every token's text: decoded once per agent, not at every checkpoint (a
+        49k-token vocabulary takes a noticeable time to decode)."""
         vocab = [self.tokenizer.decode([i]) for i in range(min(self.tokenizer.vocab_size, 1 << 20))]
-        tokens = hashlib.sha256(json.dumps(vocab).encode("utf-8", "replace")).hexdigest()
-        return {"id": env_id_of(envs) if envs is not None else None, "tokens": tokens}
+        return hashlib.sha256(json.dumps(vocab).encode("utf-8", "replace")).hexdigest()
 
     def _write(self, path: Path, training_state: bool = False, manifest: dict[str, Any] | None = None) -> None:
         self.model.save_pretrained(path)
