@@ -1,6 +1,9 @@
-"""One test per attack on the Python tool, at each isolation level, each bounded in time."""
+"""One test per attack on the Python tool, at each isolation level, each bounded in time; every
+level-parametrized attack also runs in a sandbox taken from a warm pool ("bwrap+pool",
+"rlimits+pool")."""
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,23 +19,44 @@ from lmgym.tools.python import PythonTool, bwrap_problem
 pytestmark = pytest.mark.timeout(60)  # a regression fails instead of hanging
 
 
-@pytest.fixture(params=["bwrap", "rlimits"])
+@pytest.fixture(params=["bwrap", "rlimits", "bwrap+pool", "rlimits+pool"])
 def level(request):
-    if request.param == "bwrap" and bwrap_problem():
+    if request.param.startswith("bwrap") and bwrap_problem():
         pytest.skip(f"no bwrap level on this machine: {bwrap_problem()}")
     return request.param
 
 
+def isolation(level):
+    return level.split("+")[0]
+
+
+def make_tool(level, **kwargs):
+    """A tool at that level; "+pool": its call runs in a sandbox the pool started ahead of it."""
+    pooled = level.endswith("+pool")
+    tool = PythonTool(isolation=isolation(level), pool_size=int(pooled), **kwargs)
+    tool.warm()
+    return tool
+
+
+def run_with(level, code, **kwargs):
+    tool = make_tool(level, **kwargs)
+    try:
+        result = tool.run(code)
+    finally:
+        tool.close()
+    assert result.isolation == isolation(level) and result.pooled == level.endswith("+pool")
+    return result
+
+
 def isolated_only(level, what):
-    if level == "rlimits":
+    if isolation(level) == "rlimits":
         pytest.skip(f"the rlimits level does not isolate {what} (documented in lmgym.tools.python)")
 
 
 def run(level, code, timeout=3):
     start = time.perf_counter()
-    result = PythonTool(timeout=timeout, isolation=level).run(code)
+    result = run_with(level, code, timeout=timeout)
     assert time.perf_counter() - start < timeout + 6, "run() overran its timeout"
-    assert result.isolation == level
     return result
 
 
@@ -72,7 +96,7 @@ def test_a_real_time_signal_is_reported_by_number(level):
 
 def test_output_floods_are_bounded_on_both_streams(level):
     code = "import sys\nsys.stdout.write('x' * 10**7)\nsys.stderr.write('y' * 10**7)\n"
-    result = PythonTool(timeout=10, output_limit=1000, isolation=level).run(code)
+    result = run_with(level, code, timeout=10, output_limit=1000)
     assert result.truncated and "10000000 bytes" in result.stdout and "10000000 bytes" in result.stderr
     assert len(result.stdout) < 1100 and len(result.stderr) < 1100
 
@@ -161,7 +185,7 @@ def test_the_code_cannot_forge_the_status_through_proc(level):
 
 
 def test_the_code_cannot_find_signal_or_trace_its_supervisor(level):
-    if level == "rlimits" and os.geteuid() != 0:
+    if isolation(level) == "rlimits" and os.geteuid() != 0:
         pytest.skip("the rlimits level runs the code as the calling user, who can signal the supervisor (documented)")
     code = (
         "import ctypes, os\n"
@@ -183,7 +207,7 @@ def test_the_code_cannot_find_signal_or_trace_its_supervisor(level):
     result = run(level, code)
     assert "traced" not in result.stdout and "signalled" not in result.stdout
     assert result.error is None and result.returncode == 0
-    if level == "rlimits":
+    if isolation(level) == "rlimits":
         assert "no trace\nno signal" in result.stdout  # visible there, but out of reach
 
 
@@ -249,7 +273,7 @@ def test_memory_outside_the_address_space_counts(level):
         "    total += 16\n"
         "    print(total, flush=True)\n"
     )
-    result = PythonTool(timeout=10, memory_mb=512, isolation=level).run(code)
+    result = run_with(level, code, timeout=10, memory_mb=512)
     reached = int(result.stdout.split()[-1]) if result.stdout.split() else 0
     assert reached <= 512 and result.returncode != 0
 
@@ -273,7 +297,7 @@ def test_tmpfs_is_bounded_under_bwrap():
 
 
 def test_max_processes_holds_as_root_too(level):
-    if level == "bwrap" or os.geteuid() == 0:
+    if isolation(level) == "bwrap" or os.geteuid() == 0:
         cgroup_only(level)  # root: only a cgroup (or dropping to nobody) counts its processes
     code = (
         "import os, time\n"
@@ -288,7 +312,7 @@ def test_max_processes_holds_as_root_too(level):
         "    n += 1\n"
         "print(n)\n"
     )
-    result = PythonTool(timeout=5, max_processes=32, isolation=level).run(code)
+    result = run_with(level, code, timeout=5, max_processes=32)
     assert result.returncode == 0 and int(result.stdout) <= 32
 
 
@@ -330,3 +354,98 @@ def test_a_refused_bwrap_says_the_real_reason(monkeypatch, tmp_path):
             PythonTool(isolation="bwrap")
     finally:
         bwrap_problem.cache_clear()
+
+
+# ------------------------------------------------------------------ the warm pool
+@pytest.fixture(params=["bwrap", "rlimits"])
+def base_level(request):
+    if request.param == "bwrap" and bwrap_problem():
+        pytest.skip(f"no bwrap level on this machine: {bwrap_problem()}")
+    return request.param
+
+
+def test_a_call_cannot_reach_the_sandbox_waiting_in_the_pool(base_level):
+    if base_level == "rlimits" and os.geteuid() != 0:
+        pytest.skip("the rlimits level runs the code as the calling user, who can reach the pool (documented)")
+    tool = PythonTool(timeout=5, isolation=base_level, pool_size=2)
+    tool.warm()
+    attack = (
+        "import ctypes, glob, os, signal\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "for p in [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (os.getpid(), os.getppid())]:\n"
+        "    try:\n"
+        "        cmd = open(f'/proc/{p}/cmdline', 'rb').read()\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if b'_lmgym_loader' in cmd:\n"
+        "        print('found')\n"
+        "        print('traced' if libc.ptrace(16, int(p), 0, 0) == 0 else 'no trace')\n"
+        "        for what in ('cwd', 'mem', 'environ'):\n"
+        "            try:\n"
+        "                os.listdir(f'/proc/{p}/cwd') if what == 'cwd' else open(f'/proc/{p}/{what}', 'rb').read(1)\n"
+        "                print('read', what)\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "for d in glob.glob('/tmp/lmgym-python-*'):\n"
+        "    if d != os.getcwd():\n"
+        "        try:\n"
+        "            open(os.path.join(d, 'main.py'), 'w').write('print(666)')\n"
+        "            print('planted')\n"
+        "        except OSError:\n"
+        "            pass\n"
+    )
+    try:
+        first = tool.run(attack)
+        assert first.pooled and first.returncode == 0, first.text
+        assert not {"traced", "read", "planted"} & set(first.stdout.split()), first.stdout
+        # rlimits: visible (its supervisor too), but out of reach; bwrap: another PID namespace
+        assert ("found" in first.stdout) == (base_level == "rlimits")
+        second = tool.run("print(6 * 7)")
+        assert second.text == "42" and second.pooled
+    finally:
+        tool.close()
+
+
+def test_a_killed_waiting_sandbox_is_replaced_not_reported(base_level):
+    tool = PythonTool(timeout=5, isolation=base_level, pool_size=1)
+    tool.warm()
+    waiting = tool._sandbox_pool.pending[0].result()
+    os.killpg(waiting.proc.pid, 9)  # as anything outside could
+    waiting.proc.wait()
+    result = tool.run("print(6 * 7)")
+    assert result.text == "42" and not result.pooled  # it ran in a fresh sandbox
+    tool.close()
+
+
+def test_no_state_passes_between_pooled_calls(base_level):
+    tool = PythonTool(timeout=5, isolation=base_level, pool_size=1)
+    tool.warm()
+    write = "import os\nopen('left', 'w').write('x')\nos.environ['LEFT'] = '1'\nprint(os.getcwd())"
+    look = "import os, sys\nprint(os.getcwd(), sorted(os.listdir('.')), 'LEFT' in os.environ, 'left' in sys.modules)"
+    try:
+        first, second = tool.run(write), tool.run(look)
+        assert first.pooled and second.pooled
+        cwd, rest = second.stdout.split(" ", 1)
+        assert cwd != first.stdout.strip() and rest.strip() == "['main.py'] False False"
+        assert not Path(first.stdout.strip()).exists()
+    finally:
+        tool.close()
+
+
+def test_closing_the_tool_discards_its_waiting_sandboxes(base_level):
+    tool = PythonTool(timeout=5, isolation=base_level, pool_size=2)
+    tool.warm()
+    sandboxes = [f.result() for f in tool._sandbox_pool.pending]
+    tool.close()
+    for sandbox in sandboxes:
+        assert sandbox.proc.wait(timeout=10) is not None and not Path(sandbox.scratch).exists()
+
+
+def test_a_pooled_call_prints_what_a_fresh_one_prints(base_level):
+    codes = ["print(1)\nraise ValueError('x')", "x = (", "import sys\nsys.exit(f'{3}')", "print(__name__, __doc__)"]
+    fresh, pooled = PythonTool(timeout=5, isolation=base_level, pool_size=0), make_tool(f"{base_level}+pool", timeout=5)
+    for code in codes:
+        a, b = fresh.run(code), pooled.run(code)
+        assert (a.stdout, a.returncode) == (b.stdout, b.returncode) and b.pooled, (a, b)
+        assert re.sub(r"lmgym-python-\w+", "S", a.stderr) == re.sub(r"lmgym-python-\w+", "S", b.stderr)
+    pooled.close()

@@ -67,7 +67,7 @@ class PythonTaskEnv(LMEnv):
     Terminated by an answer; truncated by the ``TimeLimit`` of the registered id (4 turns).
 
     ## Arguments
-    ``gym.make("lmgym/PythonTool-v0", max_n=5000, timeout=10.0, isolation="auto", tokenizer=None)``
+    ``gym.make("lmgym/PythonTool-v0", max_n=5000, timeout=10.0, isolation="auto", pool_size=1, tokenizer=None)``
 
     ## Version History
     - v0: first version.
@@ -109,7 +109,8 @@ class PythonTaskEnv(LMEnv):
         return "<python>" + TASKS[self.kind][1].format(a=self.a, b=self.b, e=self.a // 10) + "</python>"
 
 
-def make_python_tool_env(timeout: float = 10.0, isolation: str = "auto", **kwargs: Any) -> ToolUse:
+def make_python_tool_env(timeout: float = 10.0, isolation: str = "auto", pool_size: int = 1, **kwargs: Any) -> ToolUse:
     """``lmgym/PythonTool-v0``: ``PythonTaskEnv`` with the sandboxed Python tool (``isolation``:
-    ``"auto"``, ``"bwrap"`` or ``"rlimits"``, see ``lmgym.tools.python``)."""
-    return ToolUse(PythonTaskEnv(**kwargs), [PythonTool(timeout=timeout, isolation=isolation)])
+    ``"auto"``, ``"bwrap"`` or ``"rlimits"``; ``pool_size``: sandboxes kept waiting for the next
+    call; see ``lmgym.tools.python``)."""
+    return ToolUse(PythonTaskEnv(**kwargs), [PythonTool(timeout=timeout, isolation=isolation, pool_size=pool_size)])

@@ -66,8 +66,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+import weakref
+from collections import deque
+from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +82,9 @@ from lmgym.tools.cgroup import CallGroup
 
 ISOLATION = ("auto", "bwrap", "rlimits")
 SUPERVISOR = (Path(__file__).parent / "sandbox_supervisor.py").read_text()
+LOADER = (Path(__file__).parent / "sandbox_loader.py").read_text()
+STALE = "the waiting sandbox ended before the call"
+"""A pooled sandbox's status when it died before its call (nothing ran: the call runs in a new one)."""
 HOST_GRACE = 5.0
 """Seconds past ``timeout`` after which the host kills the whole sandbox (the supervisor sweeps
 in at most 2 s; this is the backstop)."""
@@ -100,6 +109,8 @@ class PythonResult:
     isolation: str = "rlimits"
     error: str | None = None
     """Set when the sandbox itself failed (it did not start, or it ended without a status)."""
+    pooled: bool = False
+    """The call ran in a sandbox the pool had started ahead of it."""
 
     @property
     def text(self) -> str:
@@ -155,6 +166,10 @@ class PythonTool:
         isolation: ``"auto"`` (bwrap when it works here, else rlimits), ``"bwrap"`` (an error
             if bubblewrap is missing or cannot run) or ``"rlimits"``; see the module docs for
             what each level guarantees.
+        pool_size: sandboxes kept started and waiting for code (0: none, every call starts its
+            own). The pool fills after the first call (or at ``warm()``) and refills in the
+            background; each pooled sandbox runs exactly one call and is destroyed, so no state
+            passes from one call to the next. ``close()`` discards the waiting ones.
 
     Example:
         >>> PythonTool(timeout=5)("print(sum(range(10)))")
@@ -173,6 +188,7 @@ class PythonTool:
         max_file_mb: int = 16,
         isolation: str = "auto",
         max_open_files: int = 64,
+        pool_size: int = 1,
     ):
         if isolation not in ISOLATION:
             raise ValueError(f"isolation must be one of {ISOLATION}, got {isolation!r}")
@@ -187,6 +203,8 @@ class PythonTool:
         ]:
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+        if pool_size < 0:
+            raise ValueError(f"pool_size must be 0 or more, got {pool_size}")
         self.timeout = timeout
         self.memory_mb = memory_mb
         self.cpu_seconds = cpu_seconds or int(timeout) + 1
@@ -198,6 +216,8 @@ class PythonTool:
         if isolation == "bwrap" and problem:
             raise RuntimeError(f"isolation='bwrap' is not available here: {problem}")
         self.isolation = "bwrap" if isolation != "rlimits" and not problem else "rlimits"
+        self.pool_size = pool_size
+        self._sandbox_pool: SandboxPool | None = None
 
     def __call__(self, code: str) -> str:
         return self.run(code).text
@@ -217,48 +237,69 @@ class PythonTool:
         return limits
 
     def command(self, scratch: str) -> list[str]:
-        """The command the supervisor runs in ``scratch``: ``python -I main.py``, inside bwrap at
-        that level."""
-        code = [interpreter(), "-I", "main.py"]
+        """The command the supervisor runs in ``scratch``: the loader (``sandbox_loader.py``, which
+        runs ``main.py`` at the go) on ``python -I``, inside bwrap at that level."""
+        code = [interpreter(), "-I", "-c", LOADER]  # waits for the go, then runs main.py
         tmpfs_bytes = self.memory_mb * 1024 * 1024 // 4
         return bwrap_prefix(scratch, tmpfs_bytes) + code if self.isolation == "bwrap" else code
 
     def run(self, code: str) -> PythonResult:
         """Runs ``code``; whatever the code does, returns a result (never raises for it)."""
-        scratch = tempfile.mkdtemp(prefix="lmgym-python-")
+        sandbox = self._pool().take() if self.pool_size else None
+        if sandbox is not None:
+            result = sandbox.run(code)
+            if result.error != STALE:
+                result.pooled = True
+                return result
         try:
-            return self._run_in(scratch, code)
+            return self.start_sandbox().run(code)
         except OSError as e:  # the sandbox could not start (no fork, no pipe): the tool failed
             return PythonResult("", "", None, False, False, self.isolation, error=f"the sandbox failed: {e}")
-        finally:
-            remove_tree(scratch)
 
-    def _run_in(self, scratch: str, code: str) -> PythonResult:
-        main = Path(scratch) / "main.py"
-        main.write_bytes(code.encode("utf-8", errors="replace"))  # UTF-8 whatever the locale
-        user = None
-        if self.isolation == "rlimits" and os.geteuid() == 0:  # root: the code runs as nobody
-            user = [NOBODY, NOBODY]
-            os.chown(scratch, NOBODY, NOBODY)
-            os.chown(main, NOBODY, NOBODY)
+    def warm(self) -> None:
+        """Starts the pool's sandboxes now (they are otherwise started after the first call) and
+        waits until they are ready."""
+        if self.pool_size:
+            self._pool().fill(wait=True)
+
+    def close(self) -> None:
+        """Stops the pool: its waiting sandboxes are discarded (also done when the tool is
+        garbage-collected, and at exit)."""
+        if self._sandbox_pool is not None:
+            self._sandbox_pool.close()
+            self._sandbox_pool = None
+
+    def _pool(self) -> SandboxPool:
+        if self._sandbox_pool is None or self._sandbox_pool.pid != os.getpid():  # new, or forked
+            self._sandbox_pool = SandboxPool(self.start_sandbox, self.pool_size)
+        return self._sandbox_pool
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_sandbox_pool": None}
+
+    def start_sandbox(self) -> Sandbox:
+        """A sandbox started and waiting for code: its scratch directory, its cgroup, the
+        supervisor and (inside bwrap at that level) the loader's interpreter."""
+        scratch = tempfile.mkdtemp(prefix="lmgym-python-")
+        user = [NOBODY, NOBODY] if self.isolation == "rlimits" and os.geteuid() == 0 else None
         overhead = 3 if self.isolation == "bwrap" else 1  # the supervisor (and bwrap's two processes)
         group = CallGroup.create((self.memory_mb + SUPERVISOR_MB) * 1024 * 1024, self.max_processes + overhead)
         status_read, status_write = os.pipe()
         config = {
-            "timeout": self.timeout,
             "argv": self.command(scratch),
             "status_fd": status_write,
             "cgroups": group.procs_files if group else [],
             "limits": self.limits(nproc=group is None),
             "user": user,
+            "prestart": user is None,  # a shared user (nobody) never waits as a process: see the supervisor
         }
         env = {"PATH": os.defpath, "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8"}
         try:
             proc = subprocess.Popen(
-                [interpreter(), "-I", "-c", SUPERVISOR, json.dumps(config)],
+                [interpreter(), "-I", "-c", SUPERVISOR, json.dumps({**config, "timeout": self.timeout})],
                 cwd=scratch,
                 env=env,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,  # the go
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 pass_fds=(status_write,),
@@ -268,25 +309,60 @@ class PythonTool:
             os.close(status_read)
             if group:
                 group.remove()
+            remove_tree(scratch)
             raise
         finally:
             os.close(status_write)
-        assert proc.stdout is not None and proc.stderr is not None
+        return Sandbox(self, proc, scratch, group, status_read, user)
+
+
+class Sandbox:
+    """One sandbox, started and waiting for its one call (``PythonTool.start_sandbox``)."""
+
+    def __init__(
+        self,
+        tool: PythonTool,
+        proc: subprocess.Popen,
+        scratch: str,
+        group: CallGroup | None,
+        status_read: int,
+        user: list[int] | None,
+    ):
+        self.proc, self.scratch, self.group, self.status_read, self.user = proc, scratch, group, status_read, user
+        self.timeout, self.output_limit, self.isolation = tool.timeout, tool.output_limit, tool.isolation
+        self.closed = False  # no reference to the tool: a pool's waiting sandboxes never keep it alive
+
+    def waiting(self) -> bool:
+        """Still up and untouched: the supervisor runs and nothing was put in its directory."""
         try:
+            return self.proc.poll() is None and not os.listdir(self.scratch)
+        except OSError:
+            return False
+
+    def run(self, code: str) -> PythonResult:
+        """Writes ``main.py``, gives the go, reads the outputs and the status; then destroys the
+        sandbox. A sandbox runs one call only."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None and self.proc.stderr is not None
+        try:
+            path = os.path.join(self.scratch, "main.py")  # O_EXCL and O_NOFOLLOW: never through a planted name
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(code.encode("utf-8", errors="replace"))  # UTF-8 whatever the locale
+            if self.user:  # root host: the code runs as nobody and owns its directory from now on
+                os.chown(path, *self.user)
+                os.chown(self.scratch, *self.user)
+            self.proc.stdin.write(b"g")
+            self.proc.stdin.close()
             out, err, status = read_bounded(
-                [proc.stdout.fileno(), proc.stderr.fileno(), status_read],
+                [self.proc.stdout.fileno(), self.proc.stderr.fileno(), self.status_read],
                 [self.output_limit, self.output_limit, 4096],
                 deadline=time.monotonic() + self.timeout + HOST_GRACE,
             )
+        except OSError:  # it died or was tampered with before the go: nothing ran
+            return PythonResult("", "", None, False, False, self.isolation, error=STALE)
         finally:
-            _kill_group(proc.pid)  # the backstop: the supervisor normally left nothing
-            if group:
-                group.remove()  # and everything still in the cgroup, wherever it went
-            proc.wait()
-            os.close(status_read)
-            proc.stdout.close()
-            proc.stderr.close()
-        return self._result(out, err, parse_status(bytes(status.data), proc.returncode))
+            self.close()
+        return self._result(out, err, parse_status(bytes(status.data), self.proc.returncode))
 
     def _result(self, out: BoundedOutput, err: BoundedOutput, report: dict[str, Any]) -> PythonResult:
         returncode = report.get("exit", -report["signal"] if "signal" in report else None)
@@ -301,6 +377,67 @@ class PythonTool:
             isolation=self.isolation,
             error=report.get("error"),
         )
+
+    def close(self) -> None:
+        """Kills whatever is left of the sandbox and deletes its directory (once; never raises)."""
+        if self.closed:
+            return
+        self.closed = True
+        _kill_group(self.proc.pid)  # the backstop: the supervisor normally left nothing
+        if self.group:
+            self.group.remove()  # and everything still in the cgroup, wherever it went
+        self.proc.wait()
+        os.close(self.status_read)
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        remove_tree(self.scratch)
+
+
+class SandboxPool:
+    """``size`` sandboxes started ahead of need, in background threads. ``take`` hands out a
+    waiting one (each runs exactly one call and is destroyed) and starts its replacement."""
+
+    def __init__(self, start: Callable[[], Sandbox], size: int):
+        self.start, self.size, self.pid = start, size, os.getpid()
+        self.pending: deque[Future] = deque()
+        self.lock = threading.Lock()
+        self.executor = ThreadPoolExecutor(size, thread_name_prefix="lmgym-sandbox")
+        self.close = weakref.finalize(self, _discard, self.pending, self.lock, self.executor)
+
+    def fill(self, wait: bool = False) -> None:
+        with self.lock:
+            while len(self.pending) < self.size:
+                self.pending.append(self.executor.submit(self.start))
+            pending = list(self.pending)
+        if wait:
+            futures.wait(pending)
+
+    def take(self) -> Sandbox | None:
+        """A waiting sandbox, or ``None`` when none was started yet (the pool starts filling)."""
+        with self.lock:
+            future = self.pending.popleft() if self.pending else None
+        self.fill()
+        try:
+            sandbox = future.result() if future is not None else None
+        except OSError:
+            return None
+        if sandbox is not None and not sandbox.waiting():
+            sandbox.close()
+            return None
+        return sandbox
+
+
+def _discard(pending: deque[Future], lock: threading.Lock, executor: ThreadPoolExecutor) -> None:
+    with lock:
+        left = list(pending)
+        pending.clear()
+    executor.shutdown(wait=False, cancel_futures=True)
+    for future in left:
+        future.add_done_callback(lambda f: f.cancelled() or f.exception() or f.result().close())
 
 
 def parse_status(data: bytes, exit_code: int | None) -> dict[str, Any]:

@@ -6,7 +6,12 @@
 ``python -I main.py``), ``status_fd`` (a pipe the host owns), ``cgroups`` (``cgroup.procs``
 files to join first, possibly none), ``limits`` (``{"RLIMIT_AS": bytes, ...}``, set on itself
 first, so the command inherits them) and ``user`` (``[uid, gid]`` to run the command as, or
-``null``). Setting the limits here rather than in a ``preexec_fn`` keeps ``PythonTool.run``
+``null``) and ``prestart``. Its stdin is the host's go pipe: the host writes to it when
+``main.py`` is in place (the go) or closes it to discard the sandbox (nothing runs). With
+``prestart`` the command (the loader, ``sandbox_loader.py``) starts at once and waits for the go
+on its stdin; without it (a root host at the rlimits level, where the code's user, ``nobody``,
+is shared by every call and could reach a waiting interpreter) the supervisor waits for the go
+before it forks. Setting the limits here rather than in a ``preexec_fn`` keeps ``PythonTool.run``
 safe to call from several threads at once.
 
 The supervisor cannot be reached from the code: the status pipe is never inherited, the
@@ -18,7 +23,7 @@ name it at all.
 The supervisor makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so every
 descendant that leaves its process group or session (``setsid`` after a double fork) is
 re-parented to it rather than to init. It runs the command in a process group of its own, waits
-for it at most ``timeout`` seconds, then kills that group and, wave after wave, every process
+for it at most ``timeout`` seconds from the go, then kills that group and, wave after wave, every process
 that was re-parented to it, until it has no child left. Last, it writes one JSON line to the
 status pipe: ``{"exit": code}``, ``{"signal": number}``, ``{"timed_out": true}`` or
 ``{"error": text}``.
@@ -38,6 +43,7 @@ PR_SET_DUMPABLE, PR_SET_KEEPCAPS, PR_SET_CHILD_SUBREAPER = 4, 8, 36  # <linux/pr
 PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE = 38, 47, 2
 CAP_DAC_READ_SEARCH, CAPABILITY_VERSION_3 = 2, 0x20080522  # <linux/capability.h>
 SWEEP_SECONDS = 5.0
+STALE = "the waiting sandbox ended before the call"
 LIBC = ctypes.CDLL(None, use_errno=True)
 
 
@@ -120,10 +126,11 @@ def on_alarm(signum: int, frame: object) -> None:
     raise TimeoutError
 
 
-def run_child(config: dict) -> None:
-    """In the forked child: its own process group, the most killable under memory pressure,
-    another user if asked, then the command. Never returns."""
+def run_child(config: dict, stdin: int) -> None:
+    """In the forked child: ``stdin`` as its stdin, its own process group, the most killable
+    under memory pressure, another user if asked, then the command. Never returns."""
     try:
+        os.dup2(stdin, 0)
         os.setpgid(0, 0)
         prctl(PR_SET_DUMPABLE, 1)  # its own /proc files again (exec would reset it anyway)
         set_oom_score_adj(1000)
@@ -152,13 +159,27 @@ def main() -> None:
     except OSError as e:
         os.write(status_fd, json.dumps({"error": f"the sandbox could not start: {e}"}).encode() + b"\n")
         sys.exit(1)
+    prestart = bool(config.get("prestart"))
+    if not prestart and not os.read(0, 1):  # discarded before the go: nothing ran
+        return
+    go_read, go_write = os.pipe()  # the command's stdin: closed at the go
     pid = os.fork()
     if pid == 0:
-        run_child(config)
+        os.close(go_write)
+        run_child(config, go_read)
+    os.close(go_read)
     try:
         os.setpgid(pid, pid)  # also here, so the group exists whichever side runs first
     except OSError:
         pass
+    if prestart and not os.read(0, 1):  # the host discarded this sandbox (or is gone): run nothing
+        sweep(pid)
+        return
+    if os.waitpid(pid, os.WNOHANG)[0]:  # the waiting command died (killed from outside)
+        sweep(pid)
+        os.write(status_fd, json.dumps({"error": STALE}).encode() + b"\n")
+        return
+    os.close(go_write)
     signal.signal(signal.SIGALRM, on_alarm)
     try:
         signal.setitimer(signal.ITIMER_REAL, float(config["timeout"]))

@@ -130,6 +130,14 @@ class ToolUse(gym.Wrapper):
                 f"  prompt: {transcript[0]!r:.300}"
             ) from e
 
+    def close(self) -> None:
+        """Closes the tools that can be closed (``PythonTool`` discards its waiting sandboxes), then the env."""
+        for tool in self.tools.values():
+            close = getattr(tool, "close", None)
+            if callable(close):
+                close()
+        super().close()
+
     def oracle(self) -> str:
         try:
             call = self.env.get_wrapper_attr("oracle_tool_call")()
