@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import functools
 import json
+import marshal
 import math
 import os
 import selectors
@@ -296,7 +297,7 @@ class PythonTool:
         env = {"PATH": os.defpath, "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8"}
         try:
             proc = subprocess.Popen(
-                [interpreter(), "-I", "-c", SUPERVISOR, json.dumps({**config, "timeout": self.timeout})],
+                [interpreter(), "-I", "-S", "-c", SUPERVISOR, marshal.dumps({**config, "timeout": self.timeout}).hex()],
                 cwd=scratch,
                 env=env,
                 stdin=subprocess.PIPE,  # the go

@@ -2,12 +2,13 @@
 ``main.py`` as ``python -I main.py`` would.
 
 ``PythonTool`` starts ``python -I -c <this source>`` inside the sandbox ahead of need (a pooled
-sandbox), so that a call pays neither for bwrap nor for the interpreter's start. While it waits
-it is not dumpable (no ``ptrace``, no ``/proc/<pid>/mem`` or ``cwd`` for another process of the
-same user). Its stdin is a pipe the supervisor holds: when the supervisor closes it (the go), the
-host has written ``main.py``; the loader makes itself dumpable again (as a plain interpreter is),
-and runs ``main.py`` in ``__main__`` with ``sys.argv == ["main.py"]``, ``__file__`` set, and
-tracebacks that show only the code's own frames. stdin is then at end of file, as ``/dev/null``
+sandbox), so that a call pays neither for bwrap nor for the interpreter's start. It waits only
+where no other call can reach it: in its own PID namespace under bwrap, or as the host's own user
+at the rlimits level (a root host's shared ``nobody`` never waits as a process: the supervisor
+then forks at the go). Its stdin is a pipe the supervisor holds: when the supervisor closes it
+(the go), the host has written ``main.py``; the loader runs ``main.py`` in ``__main__`` with
+``sys.argv == ["main.py"]``, ``__file__`` set, and tracebacks that show only the code's own
+frames. stdin is then at end of file, as ``/dev/null``
 would be. Nothing of the loader stays in ``__main__``.
 
 Standard library only: it must run on the bare interpreter.
@@ -15,15 +16,11 @@ Standard library only: it must run on the bare interpreter.
 
 
 def _lmgym_loader():
-    import ctypes
     import os
     import sys
 
-    libc = ctypes.CDLL(None)
-    libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE: out of reach while waiting
     while os.read(0, 4096):  # the go: the supervisor closes the pipe
         pass
-    libc.prctl(4, 1, 0, 0, 0)
 
     def hook(kind, value, tb):
         while tb is not None and tb.tb_frame.f_code.co_filename == "<string>":
