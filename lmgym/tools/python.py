@@ -86,6 +86,8 @@ SUPERVISOR = (Path(__file__).parent / "sandbox_supervisor.py").read_text()
 LOADER = (Path(__file__).parent / "sandbox_loader.py").read_text()
 STALE = "the waiting sandbox ended before the call"
 """A pooled sandbox's status when it died before its call (nothing ran: the call runs in a new one)."""
+READY_SECONDS = 30.0
+"""Seconds a pooled sandbox's interpreter may take to start."""
 HOST_GRACE = 5.0
 """Seconds past ``timeout`` after which the host kills the whole sandbox (the supervisor sweeps
 in at most 2 s; this is the backstop)."""
@@ -237,25 +239,31 @@ class PythonTool:
             limits["RLIMIT_NPROC"] = self.max_processes
         return limits
 
-    def command(self, scratch: str) -> list[str]:
+    def command(self, scratch: str, prestart: bool = False) -> list[str]:
         """The command the supervisor runs in ``scratch``: the loader (``sandbox_loader.py``, which
-        runs ``main.py`` at the go) on ``python -I``, inside bwrap at that level."""
-        code = [interpreter(), "-I", "-c", LOADER]  # waits for the go, then runs main.py
+        runs ``main.py`` at the go; ``prestart``: it says when it is ready) on ``python -I``,
+        inside bwrap at that level."""
+        code = [interpreter(), "-I", "-c", LOADER, *(["ready"] if prestart else [])]
         tmpfs_bytes = self.memory_mb * 1024 * 1024 // 4
         return bwrap_prefix(scratch, tmpfs_bytes) + code if self.isolation == "bwrap" else code
 
     def run(self, code: str) -> PythonResult:
         """Runs ``code``; whatever the code does, returns a result (never raises for it)."""
-        sandbox = self._pool().take() if self.pool_size else None
-        if sandbox is not None:
-            result = sandbox.run(code)
-            if result.error != STALE:
-                result.pooled = True
-                return result
+        pool = self._pool() if self.pool_size else None
         try:
-            return self.start_sandbox().run(code)
-        except OSError as e:  # the sandbox could not start (no fork, no pipe): the tool failed
-            return PythonResult("", "", None, False, False, self.isolation, error=f"the sandbox failed: {e}")
+            sandbox = pool.take() if pool else None
+            if sandbox is not None:
+                result = sandbox.run(code)
+                if result.error != STALE:
+                    result.pooled = True
+                    return result
+            try:
+                return self.start_sandbox().run(code)
+            except OSError as e:  # the sandbox could not start (no fork, no pipe): the tool failed
+                return PythonResult("", "", None, False, False, self.isolation, error=f"the sandbox failed: {e}")
+        finally:
+            if pool:
+                pool.fill()  # after the call: the refill does not compete with it
 
     def warm(self) -> None:
         """Starts the pool's sandboxes now (they are otherwise started after the first call) and
@@ -286,13 +294,14 @@ class PythonTool:
         overhead = 3 if self.isolation == "bwrap" else 1  # the supervisor (and bwrap's two processes)
         group = CallGroup.create((self.memory_mb + SUPERVISOR_MB) * 1024 * 1024, self.max_processes + overhead)
         status_read, status_write = os.pipe()
+        prestart = user is None  # a shared user (nobody) never waits as a process: see the supervisor
         config = {
-            "argv": self.command(scratch),
+            "argv": self.command(scratch, prestart),
             "status_fd": status_write,
             "cgroups": group.procs_files if group else [],
             "limits": self.limits(nproc=group is None),
             "user": user,
-            "prestart": user is None,  # a shared user (nobody) never waits as a process: see the supervisor
+            "prestart": prestart,
         }
         env = {"PATH": os.defpath, "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8"}
         try:
@@ -314,7 +323,11 @@ class PythonTool:
             raise
         finally:
             os.close(status_write)
-        return Sandbox(self, proc, scratch, group, status_read, user)
+        sandbox = Sandbox(self, proc, scratch, group, status_read, user)
+        if prestart and not sandbox.wait_ready(READY_SECONDS):
+            sandbox.close()
+            raise OSError(f"the sandbox's interpreter was not ready within {READY_SECONDS} s")
+        return sandbox
 
 
 class Sandbox:
@@ -332,6 +345,13 @@ class Sandbox:
         self.proc, self.scratch, self.group, self.status_read, self.user = proc, scratch, group, status_read, user
         self.timeout, self.output_limit, self.isolation = tool.timeout, tool.output_limit, tool.isolation
         self.closed = False  # no reference to the tool: a pool's waiting sandboxes never keep it alive
+
+    def wait_ready(self, seconds: float) -> bool:
+        """Waits for the loader's ready byte (its interpreter is up and waiting for the go)."""
+        assert self.proc.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            return bool(selector.select(timeout=seconds)) and os.read(self.proc.stdout.fileno(), 1) == b"r"
 
     def waiting(self) -> bool:
         """Still up and untouched: the supervisor runs and nothing was put in its directory."""
@@ -418,10 +438,9 @@ class SandboxPool:
             futures.wait(pending)
 
     def take(self) -> Sandbox | None:
-        """A waiting sandbox, or ``None`` when none was started yet (the pool starts filling)."""
+        """A waiting sandbox, or ``None`` when none was started (``fill`` starts its replacements)."""
         with self.lock:
             future = self.pending.popleft() if self.pending else None
-        self.fill()
         try:
             sandbox = future.result() if future is not None else None
         except OSError:
