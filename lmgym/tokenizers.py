@@ -209,7 +209,11 @@ def load_error(what: str, name_or_path: str | os.PathLike, error: Exception, off
 
 
 def load_tokenizer(name_or_path: str | os.PathLike) -> Tokenizer:
-    """A tokenizer saved by lmgym (``ByteTokenizer``) or any HF tokenizer name or local path."""
+    """A tokenizer saved by lmgym (``ByteTokenizer``) or any HF tokenizer name or local path (a
+    ``.gguf`` file: the tokenizer it embeds, through ``lmgym.gguf``)."""
+    from lmgym import gguf
+
+    name_or_path = gguf.resolve(name_or_path)
     if os.path.isfile(os.path.join(name_or_path, BYTE_TOKENIZER_FILE)):
         return ByteTokenizer.from_pretrained(name_or_path)
     if str(name_or_path) in ("byte", "ByteTokenizer"):

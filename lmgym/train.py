@@ -42,7 +42,10 @@ def add_train_commands(sub: Any, usage_error: type[Exception]) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores, at most 2)")
     p.add_argument("--no-cache", action="store_true", help="rebuild the default model's warm start")
     p.add_argument(
-        "--warmstart-steps", type=int, default=None, help="supervised steps of the default model's warm start"
+        "--warmstart-steps",
+        type=int,
+        default=None,
+        help="supervised steps on the env's demonstrations before RL (default model: 1600; --model: none unless given)",
     )
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="gym.make argument")
     add_model_flags(p)
@@ -124,6 +127,7 @@ def _field_help(field: dataclasses.Field) -> str:
 
 RUN_FILES = (
     "model",
+    "warmstart",
     "checkpoints",
     "metrics.csv",
     "episodes.jsonl",
@@ -229,26 +233,81 @@ def _make_agent(args: argparse.Namespace, config: Any, env_kwargs: dict[str, Any
             )
         except (ValueError, ImportError) as e:
             raise usage_error(str(e).splitlines()[0]) from e
+        if getattr(args, "warmstart_steps", None):
+            _check_chat_template(args, tokenizer, usage_error)
+            model = _warm_start(args, model, tokenizer, env_kwargs, config)
     try:
         return PPOAgent(model, tokenizer=tokenizer, config=config)
     except ValueError as e:  # the vocabulary does not cover the tokenizer; a LoRA target is not in the model
         raise usage_error(str(e).splitlines()[0]) from e
 
 
-def _make_envs(args: argparse.Namespace, n: int, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:
-    """``n`` envs stepped at the same time (``ConcurrentVectorEnv``: tool calls overlap; results
-    are exactly a ``SyncVectorEnv``'s), autoreset in the same step."""
-    import gymnasium as gym
-    from gymnasium.vector import AutoresetMode
+def _warm_start(args: argparse.Namespace, model: Any, tokenizer: Any, env_kwargs: dict[str, Any], config: Any) -> Any:
+    """``--model M --warmstart-steps N``: the supervised warm start on the env's demonstrations,
+    rendered as the RL phase renders them; the result is saved in ``OUT/warmstart`` (LoRA
+    adapters trained on it later name it as their base)."""
+    from lmgym.agents.checkpoints import written_aside
+    from lmgym.agents.warmstart import warm_start
 
-    from lmgym.vector import ConcurrentVectorEnv
+    kind = "LoRA, merged" if config.peft_config else "full"
+    print(f"warm start of {args.model}: {args.warmstart_steps} supervised steps on demonstrations ({kind})")
+    env = _env_maker(args, tokenizer, env_kwargs)()
+    try:
+        model, losses = warm_start(model, tokenizer, env, args.warmstart_steps, lora=config.peft_config, seed=args.seed)
+    finally:
+        env.close()
+    print(f"warm start: loss {losses[0]:.3f} -> {sum(losses[-10:]) / len(losses[-10:]):.3f}")
+    target = Path(args.out) / "warmstart"
+    with written_aside(target) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    model.name_or_path = model.config._name_or_path = str(target)
+    return model
+
+
+def _warn_cut_turns(agent: Any, batch: Any, budget: int) -> None:
+    """One warning when a BPE model's turns keep hitting the env's action bound (sized for the
+    byte tokenizer): more than a quarter of them in the first evaluation."""
+    from lmgym.tokenizers import HFTokenizer
+
+    if not isinstance(agent.tokenizer, HFTokenizer):
+        return
+    lengths = []
+    for episode in batch.episodes:
+        mask = episode.action_mask.tolist()
+        for end in episode.turn_ends:
+            start = end
+            while start > 0 and mask[start - 1]:
+                start -= 1
+            lengths.append(end - start + 1)
+    share = sum(n >= budget for n in lengths) / max(1, len(lengths))
+    if share > 0.25:
+        print(
+            f"warning: {share:.0%} of the model's turns were cut at the env's max_action_tokens={budget}; "
+            "a BPE model may need more: --env-arg max_action_tokens=N"
+        )
+
+
+def _env_maker(args: argparse.Namespace, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:
+    import gymnasium as gym
+
     from lmgym.wrappers import ChatTemplate
 
     def make() -> gym.Env:
         env = gym.make(args.env_id, tokenizer=tokenizer, **env_kwargs)
         return ChatTemplate(env, system=args.system) if args.chat_template else env
 
-    return ConcurrentVectorEnv([make] * n, autoreset_mode=AutoresetMode.SAME_STEP)
+    return make
+
+
+def _make_envs(args: argparse.Namespace, n: int, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:
+    """``n`` envs stepped at the same time (``ConcurrentVectorEnv``: tool calls overlap; results
+    are exactly a ``SyncVectorEnv``'s), autoreset in the same step."""
+    from gymnasium.vector import AutoresetMode
+
+    from lmgym.vector import ConcurrentVectorEnv
+
+    return ConcurrentVectorEnv([_env_maker(args, tokenizer, env_kwargs)] * n, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
 def _check_chat_template(args: argparse.Namespace, tokenizer: Any, usage_error: type[Exception]) -> None:
@@ -349,6 +408,7 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     eval_envs = _make_envs(args, min(50, args.eval_episodes), agent.tokenizer, env_kwargs)
 
     before, before_batch = evaluate(agent, eval_envs, args.eval_episodes, progress=True)
+    _warn_cut_turns(agent, before_batch, agent.env_contract(eval_envs)["max_new_tokens"])
     if args.resume is None:  # a resumed run keeps the history it has
         logger = MetricsLogger(out, config.to_dict())
         logger.log(eval_metrics(before), 0)
@@ -368,7 +428,8 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     except CheckpointError as e:
         raise usage_error(f"--resume: {e}") from e
     after, after_batch = evaluator.final or evaluate(agent, eval_envs, args.eval_episodes)
-    agent.save(out / "model", manifest={"env": args.env_id, "chat_template": args.chat_template, "system": args.system})
+    manifest = {"env": args.env_id, "chat_template": args.chat_template, "system": args.system}
+    agent.save(out / "model", manifest={**manifest, "env_kwargs": env_kwargs})  # lmgym eval applies them
     plot_learning_curve(out / "metrics.csv", out / "learning_curve.png", f"{args.env_id}: PPO ({config.estimator})")
     with open(out / "transcripts.md", "w") as f:
         for name, batch in (("before", before_batch), ("after", after_batch)):
@@ -418,7 +479,7 @@ def evaluate_command(args: argparse.Namespace, usage_error: type[Exception]) -> 
     manifest = read_manifest(args.model)  # how the model was trained: its chat template, system message
     args.chat_template = args.chat_template or bool(manifest.get("chat_template"))
     args.system = args.system if args.system is not None else manifest.get("system")
-    env_kwargs = parse_kwargs(args.env_arg)
+    env_kwargs = {**manifest.get("env_kwargs", {}), **parse_kwargs(args.env_arg)}  # --env-arg overrides
     agent = _make_agent(args, PPOConfig(seed=args.seed), env_kwargs, usage_error)
     _check_chat_template(args, agent.tokenizer, usage_error)
     envs = _make_envs(args, min(args.num_envs, args.episodes), agent.tokenizer, env_kwargs)

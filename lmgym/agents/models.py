@@ -31,8 +31,12 @@ def is_adapter_dir(path: str | os.PathLike) -> bool:
 
 def load_model(name_or_path: str | os.PathLike, trainable: bool = True) -> PreTrainedModel:
     """``AutoModelForCausalLM.from_pretrained``, with a clear error when nothing is there. A
+    ``.gguf`` file loads dequantized, through a plain copy cached once (``lmgym.gguf``). A
     directory of LoRA adapters saved by lmgym loads its base (named in the manifest or the
     adapter config), resizes the base's embeddings to the saved tokenizer, and adds the adapters."""
+    from lmgym import gguf
+
+    name_or_path = gguf.resolve(name_or_path)  # a .gguf file: its dequantized plain copy
     if is_adapter_dir(name_or_path):
         return load_adapted(Path(name_or_path), trainable)
     with hub_lookup(name_or_path) as offline:

@@ -234,6 +234,42 @@ def default_model(
     return model, tokenizer, path
 
 
+def warm_start(
+    model: PreTrainedModel,
+    tokenizer: Tokenizer,
+    env: gym.Env,
+    steps: int,
+    lora: dict[str, Any] | None = None,
+    batch_size: int = 8,
+    learning_rate: float | None = None,
+    num_demonstrations: int | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> tuple[PreTrainedModel, list[float]]:
+    """A supervised warm start of any causal LM on ``env``'s oracle demonstrations, before RL.
+
+    Make ``env`` as the RL phase makes it (the same wrappers: ``ChatTemplate``, its system
+    message) with ``tokenizer``: each demonstration is then the token stream an RL episode of
+    those actions would be (env text encoded as the env gives it, the template's end-of-turn
+    where the env writes it). Full fine-tuning, or, with ``lora`` (a spec as for
+    ``PPOConfig.peft_config``), adapters trained and then merged into the weights, so the RL
+    phase and its KL reference both start from the warm-started model.
+
+    Returns the model and the loss of each step.
+    """
+    from lmgym.agents.models import apply_lora
+
+    n = num_demonstrations or max(256, min(4000, steps * batch_size))
+    demos = demonstrations(env, n, tokenizer, seed=seed)
+    if lora:
+        model = apply_lora(model, lora)
+    rate = learning_rate or (3e-4 if lora else 3e-5)
+    losses = supervised_finetune(model, demos, steps, batch_size, rate, seed, progress)
+    if lora:
+        model = model.merge_and_unload()  # type: ignore[operator]
+    return model, losses
+
+
 def context_for(demos: list[Episode], config: WarmStartConfig) -> int:
     """Positions for the default model: ``config.n_positions``, or, for an env whose episodes are
     longer (a game's long rules, many turns), twice the longest demonstration, rounded up to 64:

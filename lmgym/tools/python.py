@@ -38,13 +38,21 @@ Both levels:
     - the code runs as ``nobody`` in a new user namespace with every capability dropped, and
       cannot create a nested one (``--disable-userns``).
 
+A warm pool (``pool_size``, 1 by default) keeps sandboxes started ahead of need: scratch
+directory, cgroup and supervisor, and where no other call can reach it (under bwrap, or for a
+non-root host) the interpreter too, running the loader (``sandbox_loader.py``) that waits for the
+go and then runs ``main.py`` as ``python -I main.py`` would. Each runs one call and is destroyed;
+a pooled sandbox found dead or touched is discarded and the call runs in a fresh one.
+
 What ``"rlimits"`` does NOT isolate:
     - the filesystem: the code can read whatever its user can (as root's ``nobody`` it keeps
       ``CAP_DAC_READ_SEARCH`` to reach the interpreter, so it reads every file) and write
       wherever that user can;
     - for a non-root host, other processes of the same user: it can read
       ``/proc/<pid>/environ`` of the host process (its secrets), signal it and its supervisor
-      (the call then reports a failure); without a cgroup, code that kills its own supervisor
+      (the call then reports a failure); for a root host, calls running at the same time share
+      ``nobody`` and can reach each other (a waiting pooled sandbox cannot be reached: only its
+      root supervisor waits); without a cgroup, code that kills its own supervisor
       first can leave detached descendants running;
     - the network, and nested user namespaces.
 
