@@ -246,3 +246,20 @@ def test_env_tags_stay_text_unless_asked(tmp_path):
 
     _, added = load_for_env(path, "lmgym/Countdown-v0", add_special_tokens=True)
     assert len(added.encode("<answer>")) == 1 and isinstance(lmgym.as_tokenizer(added), type(added))
+
+
+def test_any_model_warm_starts_from_the_cli_and_remembers_its_env_args(family, tmp_path):
+    name, path = family
+    if name != "llama":
+        pytest.skip("one family covers the CLI path")
+    out = tmp_path / "run"
+    small = ["--episodes", "4", "--num-envs", "4", "--episodes-per-update", "4", "--eval-episodes", "4"]
+    result = lmgym_cli(
+        "train", "lmgym/Countdown-v0", "--model", str(path), "--chat-template", "--warmstart-steps", "3",
+        "--env-arg", "max_action_tokens=40", *small, "--eval-every", "0", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"warm start of {path}: 3 supervised steps" in result.stdout
+    assert (out / "warmstart" / "config.json").is_file()
+    manifest = json.loads((out / "model" / "lmgym_model.json").read_text())
+    assert manifest["env_kwargs"] == {"max_action_tokens": 40}
