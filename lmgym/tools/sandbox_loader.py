@@ -40,4 +40,5 @@ def _lmgym_loader():
     exec(compile(source, path, "exec", dont_inherit=True), main)
 
 
-_lmgym_loader()
+if __name__ == "__main__":  # python -c runs it as __main__; importing it (doctests) runs nothing
+    _lmgym_loader()
