@@ -12,21 +12,12 @@ the marker is cleared after dequantization).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 
 def is_gguf(name_or_path: str | os.PathLike) -> bool:
     return str(name_or_path).lower().endswith(".gguf") and os.path.isfile(name_or_path)
-
-
-def file_digest(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def plain_copy(path: str | os.PathLike, cache: str | os.PathLike | None = None) -> Path:
@@ -36,13 +27,13 @@ def plain_copy(path: str | os.PathLike, cache: str | os.PathLike | None = None) 
         path: a ``.gguf`` file.
         cache: where copies live (default: ``<lmgym cache>/gguf``).
     """
-    from lmgym.agents.checkpoints import find_damaged, written_aside
+    from lmgym.agents.checkpoints import find_damaged, sha256, written_aside
     from lmgym.agents.warmstart import cache_dir
 
     path = Path(path)
     if not is_gguf(path):
         raise ValueError(f"{str(path)!r} is not a .gguf file")
-    target = Path(cache or cache_dir() / "gguf") / f"{path.stem}-{file_digest(path)[:16]}"
+    target = Path(cache or cache_dir() / "gguf") / f"{path.stem}-{sha256(path)[:16]}"
     if target.is_dir() and (target / "config.json").is_file() and find_damaged(target) is None:
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
