@@ -19,11 +19,12 @@ trainer's own (then they serve as the old log-probs and no importance correction
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -56,7 +57,12 @@ class Engine(Protocol):
     exact: bool
 
     def generate(
-        self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, **generation_kwargs: Any
+        self,
+        contexts: list[list[int]],
+        stop_strings: Sequence[str],
+        max_new_tokens: int,
+        keys: Sequence[int] | None = None,
+        **generation_kwargs: Any,
     ) -> list[Generation]: ...
 
     def sync_weights(self) -> None: ...
@@ -117,52 +123,72 @@ class HFEngine:
         self.reset()  # the same weights generate; only cached keys/values are stale
 
     def generate(
-        self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, **generation_kwargs: Any
+        self,
+        contexts: list[list[int]],
+        stop_strings: Sequence[str],
+        max_new_tokens: int,
+        keys: Sequence[int] | None = None,
+        **generation_kwargs: Any,
     ) -> list[Generation]:
+        """One turn per context. ``keys`` (one int per context, e.g. per episode) make each row
+        sample from its own random stream (``uniforms``), so what a row samples does not depend
+        on the other rows of the batch; without them the lean loop samples from torch's global
+        RNG. ``model.generate`` (other kwargs) always uses the global RNG."""
         kwargs = {**self.agent.config.sampling_kwargs, **generation_kwargs}
-        if set(kwargs) - LEAN_KWARGS:
+        if not self.lean(kwargs):
             self.reset()
             return [Generation(t) for t in hf_generate(self.agent, contexts, stop_strings, max_new_tokens, kwargs)]
-        return self.decode(contexts, stop_strings, max_new_tokens, kwargs)
+        return self.decode(contexts, stop_strings, max_new_tokens, kwargs, keys)
 
-    @torch.no_grad()
-    def decode(
-        self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, kwargs: dict[str, Any]
-    ) -> list[Generation]:
+    @staticmethod
+    def lean(kwargs: dict[str, Any]) -> bool:
+        """Whether the engine's own decode loop handles these generation kwargs."""
+        return not set(kwargs) - LEAN_KWARGS
+
+    @contextlib.contextmanager
+    def decoding(self) -> Iterator[Any]:
+        """The policy (LM and value head) in eval mode, without gradients, for a decode loop."""
         policy = self.agent.accelerator.unwrap_model(self.agent.policy)
-        model, tok = policy.model, self.agent.tokenizer
-        was_training = model.training
-        model.eval()
-        logits, hidden = self.prefill(model, contexts)  # (B, V), (B, H)
-        sample = kwargs.get("do_sample", True)
-        temperature = float(kwargs.get("temperature", 1.0)) if sample else 1.0
+        was_training = policy.model.training
+        policy.model.eval()
+        try:
+            with torch.no_grad():
+                yield policy
+        finally:
+            policy.model.train(was_training)
+
+    def decode(
+        self,
+        contexts: list[list[int]],
+        stop_strings: Sequence[str],
+        max_new_tokens: int,
+        kwargs: dict[str, Any],
+        keys: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        tok = self.agent.tokenizer
         out = [Generation([], [], []) for _ in contexts]
         done = [False] * len(contexts)
-        for step in range(max_new_tokens):
-            logp = torch.log_softmax(logits.float() / temperature, dim=-1)  # (B, V)
-            if sample:
-                probs = filtered(logits.float() / temperature, kwargs.get("top_k"), kwargs.get("top_p")).softmax(-1)
-                tokens = torch.multinomial(probs, 1).squeeze(-1)  # (B,)
-            else:
-                tokens = logits.argmax(-1)
-            picked = logp.gather(-1, tokens[:, None]).squeeze(-1).tolist()
-            values = policy.value_head(hidden.float()).squeeze(-1).tolist()  # V before each token
-            feed: list[int | None] = []
-            for i, t in enumerate(tokens.tolist()):
-                if done[i]:
-                    feed.append(None)
-                    continue
-                g = out[i]
-                g.tokens.append(t)
-                g.logprobs.append(picked[i])  # type: ignore[union-attr]
-                g.values.append(values[i])  # type: ignore[union-attr]
-                done[i] = ends_turn(g.tokens, tok, stop_strings)
-                # a finished row's last token is not fed: the next turn prefills it with the observation
-                feed.append(None if done[i] else t)
-            if all(done) or step == max_new_tokens - 1:
-                break
-            logits, hidden = self.step(model, feed)
-        model.train(was_training)
+        with self.decoding() as policy:
+            logits, hidden = self.prefill(policy.model, contexts)  # (B, V), (B, H)
+            for step in range(max_new_tokens):
+                positions = [len(c) + step for c in contexts]
+                tokens, picked = sample(logits, kwargs, keys, positions)
+                values = policy.value_head(hidden.float()).squeeze(-1).tolist()  # V before each token
+                feed: list[list[int]] = []
+                for i, t in enumerate(tokens):
+                    if done[i]:
+                        feed.append([])
+                        continue
+                    g = out[i]
+                    g.tokens.append(t)
+                    g.logprobs.append(picked[i])  # type: ignore[union-attr]
+                    g.values.append(values[i])  # type: ignore[union-attr]
+                    done[i] = ends_turn(g.tokens, tok, stop_strings)
+                    # a finished row's last token is not fed: the next turn prefills it with the observation
+                    feed.append([] if done[i] else [t])
+                if all(done) or step == max_new_tokens - 1:
+                    break
+                logits, hidden = self.feed(policy.model, feed)
         return out
 
     def prefill(self, model: Any, contexts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -171,36 +197,28 @@ class HFEngine:
         rows = self.match(contexts) if self.reuse_cache else None
         if rows is None:
             self.reset()
-            suffixes = contexts
-        else:
-            if rows != list(range(len(self.cached))):
-                self.cache.batch_select_indices(torch.tensor(rows, device=self.agent.accelerator.device))
-                self.mask = self.mask[rows]
-            self.cached = [self.cached[r] for r in rows]
-            suffixes = [ctx[len(self.cached[i]) :] for i, ctx in enumerate(contexts)]
-        width = max(map(len, suffixes))
-        pad = self.agent.tokenizer.pad_token_id
-        segment = torch.full((len(suffixes), width), pad, dtype=torch.long)
-        seg_mask = torch.zeros_like(segment)
-        for i, s in enumerate(suffixes):  # left-padded within the segment
-            segment[i, width - len(s) :] = torch.tensor(s)
-            seg_mask[i, width - len(s) :] = 1
-        if rows is None:
             self.cached = [[] for _ in contexts]
             self.mask = torch.zeros(len(contexts), 0, dtype=torch.long)
-        for i, s in enumerate(suffixes):
-            self.cached[i] = self.cached[i] + list(s)
-        return self.forward(model, segment, seg_mask)
+            return self.feed(model, contexts)
+        if rows != list(range(len(self.cached))):
+            self.cache.batch_select_indices(torch.tensor(rows, device=self.agent.accelerator.device))
+            self.mask = self.mask[rows]
+        self.cached = [self.cached[r] for r in rows]
+        return self.feed(model, [ctx[len(self.cached[i]) :] for i, ctx in enumerate(contexts)])
 
-    def step(self, model: Any, feed: list[int | None]) -> tuple[torch.Tensor, torch.Tensor]:
-        """One decode step: each row's new token, or a masked pad for rows that are done."""
-        pad = self.agent.tokenizer.pad_token_id
-        tokens = torch.tensor([[pad if t is None else t] for t in feed])  # (B, 1)
-        seg_mask = torch.tensor([[0 if t is None else 1] for t in feed])  # (B, 1)
-        for i, t in enumerate(feed):
-            if t is not None:
-                self.cached[i].append(t)
-        return self.forward(model, tokens, seg_mask)
+    def feed(self, model: Any, feeds: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward over every cache row: row i feeds the tokens ``feeds[i]`` (left-padded
+        within the segment; an empty one feeds nothing). Returns each row's last logits and
+        hidden state, meaningful for the rows that fed something."""
+        width = max([1, *map(len, feeds)])
+        segment = torch.full((len(feeds), width), self.agent.tokenizer.pad_token_id, dtype=torch.long)
+        seg_mask = torch.zeros_like(segment)
+        for i, s in enumerate(feeds):
+            if s:
+                segment[i, width - len(s) :] = torch.tensor(list(s))
+                seg_mask[i, width - len(s) :] = 1
+                self.cached[i] = self.cached[i] + list(s)
+        return self.forward(model, segment, seg_mask)
 
     def forward(self, model: Any, tokens: torch.Tensor, seg_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         from transformers import DynamicCache
@@ -254,6 +272,46 @@ def cache_argument(model: Any) -> str:
 @functools.cache
 def _cache_argument(model_class: Any) -> str:
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
+def sample(
+    logits: torch.Tensor, kwargs: dict[str, Any], keys: Sequence[int] | None, positions: Sequence[int]
+) -> tuple[list[int], list[float]]:
+    """Each row's next token and its log-prob at the sampling temperature (before top-k/top-p).
+    Greedy when ``do_sample`` is false; with ``keys``, row i inverts its filtered distribution's
+    CDF at ``uniforms(keys, positions)[i]``, else ``torch.multinomial`` draws."""
+    greedy = not kwargs.get("do_sample", True)
+    scaled = logits.float() / (1.0 if greedy else float(kwargs.get("temperature", 1.0)))
+    logp = torch.log_softmax(scaled, dim=-1)  # (B, V)
+    if greedy:
+        tokens = scaled.argmax(-1)
+    else:
+        probs = filtered(scaled, kwargs.get("top_k"), kwargs.get("top_p")).softmax(-1)
+        if keys is None:
+            tokens = torch.multinomial(probs, 1).squeeze(-1)
+        else:
+            cdf = probs.cumsum(-1)
+            u = uniforms(keys, positions).to(cdf.device) * cdf[:, -1]
+            tokens = torch.searchsorted(cdf, u[:, None].contiguous(), right=True).squeeze(-1)
+            tokens = tokens.clamp(max=cdf.shape[-1] - 1)
+    return tokens.tolist(), logp.gather(-1, tokens[:, None]).squeeze(-1).tolist()
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def uniforms(keys: Sequence[int], positions: Sequence[int]) -> torch.Tensor:
+    """One uniform in [0, 1) per (key, position), a pure function of the pair (SplitMix64): the
+    random stream of an episode (its key) indexed by the position of the token it samples."""
+    bits = [_splitmix64(int(k) ^ _splitmix64(int(p))) >> 11 for k, p in zip(keys, positions)]
+    return torch.tensor(bits, dtype=torch.float64) / float(1 << 53)
 
 
 def filtered(logits: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
@@ -345,7 +403,12 @@ class VLLMEngine:
         self.reset()
 
     def generate(
-        self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, **generation_kwargs: Any
+        self,
+        contexts: list[list[int]],
+        stop_strings: Sequence[str],
+        max_new_tokens: int,
+        keys: Sequence[int] | None = None,  # vLLM samples from its own seeded streams
+        **generation_kwargs: Any,
     ) -> list[Generation]:
         kwargs = {**self.agent.config.sampling_kwargs, **generation_kwargs}
         greedy = not kwargs.get("do_sample", True)
@@ -380,4 +443,6 @@ __all__ = [
     "filtered",
     "hf_generate",
     "make_engine",
+    "sample",
+    "uniforms",
 ]

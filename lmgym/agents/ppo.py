@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import inspect
 import json
 import os
 import random
@@ -36,7 +37,7 @@ from transformers import PreTrainedModel
 from lmgym.agents import checkpoints
 from lmgym.agents.advantages import gae, grpo_advantages, rloo_advantages, whiten
 from lmgym.agents.config import PPOConfig
-from lmgym.agents.engines import Engine, Generation, make_engine
+from lmgym.agents.engines import Engine, Generation, HFEngine, make_engine
 from lmgym.agents.kl import KLController
 from lmgym.agents.metrics import MetricsLogger
 from lmgym.agents.models import (
@@ -49,8 +50,10 @@ from lmgym.agents.models import (
 )
 from lmgym.agents.policy import PolicyWithValue, shifted_logprobs, state_values, token_entropy, token_logprobs
 from lmgym.agents.recording import EpisodeRecorder
+from lmgym.agents.rollout import overlapped_wave, record_turn
 from lmgym.agents.trajectories import Episode, EpisodeBuilder, Trajectories
 from lmgym.tokenizers import Tokenizer, as_tokenizer, load_tokenizer
+from lmgym.vector import ConcurrentVectorEnv
 
 EVAL_SEED_OFFSET = 2**30
 """Training episodes draw reset seeds below this; held-out evaluation seeds start here."""
@@ -138,16 +141,24 @@ class PPOAgent:
 
     # ------------------------------------------------------------------------------ generate
     def generate_turns(
-        self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, **generation_kwargs: Any
+        self,
+        contexts: list[list[int]],
+        stop_strings: Sequence[str],
+        max_new_tokens: int,
+        keys: Sequence[int] | None = None,
+        **generation_kwargs: Any,
     ) -> list[Generation]:
         """One turn for each context through the rollout engine (``config.engine``): the sampled
         ids, each turn ended by EOS, a stop string or ``max_new_tokens``, with the sampler's
         log-probs (and values, from the HF engine). ``config.generation_kwargs`` apply, and
-        ``generation_kwargs`` override them for this call."""
+        ``generation_kwargs`` override them for this call. ``keys`` (one per context: ``collect``
+        gives one per episode) make the HF engine sample each row from its own random stream."""
         if type(self).generate is not PPOAgent.generate:  # a subclass's own generate wins
             return [
                 Generation(ids) for ids in self.generate(contexts, stop_strings, max_new_tokens, **generation_kwargs)
             ]
+        if keys is not None and "keys" in inspect.signature(self.engine.generate).parameters:
+            generation_kwargs = {**generation_kwargs, "keys": keys}  # an engine written without keys gets none
         return self.engine.generate(contexts, stop_strings, max_new_tokens, **generation_kwargs)
 
     def generate(
@@ -247,43 +258,46 @@ class PPOAgent:
                     f"a prompt of {len(b.tokens)} tokens plus a turn of {budget} does not fit the "
                     f"model's context of {limit} tokens (seed {b.seed})"
                 )
+        keys = torch.randint(0, 2**62, (len(seeds),)).tolist()  # each episode's sampling stream
+        if self.overlaps(vec, contract):
+            overlapped_wave(self, cast(ConcurrentVectorEnv, vec), builders, keys, contract)
+            return [b.build() for b in builders]
         self.engine.reset()  # a new wave: no cached keys/values carry over
         while live:
-            contexts = [builders[i].tokens for i in live]
             turns = self.generate_turns(
-                contexts, contract["stop_strings"], budget, **contract.get("generation_kwargs", {})
+                [builders[i].tokens for i in live],
+                contract["stop_strings"],
+                budget,
+                [keys[i] for i in live],
+                **contract.get("generation_kwargs", {}),
             )
             batch = [idle] * n
             for i, turn in zip(live, turns):
                 batch[i] = np.array(turn.tokens or [self.tokenizer.eos_token_id], dtype=np.int64)
             obs, rewards, terminated, truncated, infos = vec.step(tuple(batch))
+            same_step = contract["autoreset"] == AutoresetMode.SAME_STEP
             for i, turn in zip(list(live), turns):
-                b = builders[i]
-                exact = self.engine.exact and bool(turn.tokens)
                 ended = bool(terminated[i] or truncated[i])
-                b.add_action(
-                    batch[i].tolist(),
-                    float(rewards[i]),
-                    step_info(infos, i, ended and contract["autoreset"] == AutoresetMode.SAME_STEP),
-                    logprobs=turn.logprobs if exact else None,
-                    values=turn.values if exact else None,
-                    sampler_logprobs=None if exact or not turn.tokens else turn.logprobs,
-                )
-                if terminated[i] or truncated[i]:
-                    b.terminated, b.truncated = bool(terminated[i]), bool(truncated[i] and not terminated[i])
-                    if b.truncated:  # the bootstrap state includes the last observation, if it fits
-                        final = infos["final_obs"][i] if contract["autoreset"] == AutoresetMode.SAME_STEP else obs[i]
-                        ids = self.tokenizer.encode(final)
-                        if len(b.tokens) + len(ids) <= limit:
-                            b.add_observation(ids)
+                final = infos["final_obs"][i] if ended and same_step else obs[i]
+                info = step_info(infos, i, ended and same_step)
+                args = (batch[i].tolist(), rewards[i], terminated[i], truncated[i], info, final, contract)
+                if record_turn(self, builders[i], turn, *args) is None:
                     live.remove(i)
-                    continue
-                ids = self.tokenizer.encode(obs[i])
-                if len(b.tokens) + len(ids) + budget > limit:  # the next turn would outgrow the model
-                    b.truncated = True
-                    live.remove(i)
-                b.add_observation(ids[: max(0, limit - len(b.tokens))])
         return [b.build() for b in builders]
+
+    def overlaps(self, vec: VectorEnv, contract: dict[str, Any]) -> bool:
+        """Whether ``collect`` overlaps generation with env steps here: ``config.overlap_rollout``,
+        a ``ConcurrentVectorEnv``, and the HF engine's own decode loop (lean generation kwargs,
+        no ``generate``/``generate_turns`` override)."""
+        kwargs = {**self.config.sampling_kwargs, **contract.get("generation_kwargs", {})}
+        return (
+            self.config.overlap_rollout
+            and isinstance(vec, ConcurrentVectorEnv)
+            and isinstance(self.engine, HFEngine)
+            and HFEngine.lean(kwargs)
+            and type(self).generate is PPOAgent.generate
+            and type(self).generate_turns is PPOAgent.generate_turns
+        )
 
     # --------------------------------------------------------------------------------- score
     @torch.no_grad()
