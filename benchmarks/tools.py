@@ -7,18 +7,22 @@ Prints, measured side by side in one run (medians of ``--repeats``):
   ``SyncVectorEnv`` (one call after another, no pool), lmgym's ``ConcurrentVectorEnv`` (all at
   once) without and with the warm pool, each as a ratio to ``--envs`` bare ``python -I`` starts
   run one after another;
-- ``PPOAgent.collect`` of ``--episodes`` PythonTool-v0 episodes by a scripted policy that plays
-  the env's oracle (a tool call, then the answer; every episode calls the tool), scored by the
-  default model's architecture on the HF engine, with the real tool and with a stand-in tool
-  that answers the same text after 0, 50 and 200 ms, in ``SyncVectorEnv`` and
-  ``ConcurrentVectorEnv``; ratios to the 0 ms stand-in in the same vector env.
+- ``PPOAgent.collect`` of ``--episodes`` PythonTool-v0 episodes on the HF engine: the default
+  model's architecture (untrained) generates every turn (up to ``--turn-tokens``) and the env
+  receives its oracle's action instead (a tool call, then the answer: every episode calls the
+  tool), with the real tool and with a stand-in tool that answers the same text after 0, 50
+  and 200 ms; in ``SyncVectorEnv``, ``ConcurrentVectorEnv``, and ``ConcurrentVectorEnv`` with
+  the overlapped rollout (``PPOConfig(overlap_rollout=True)``, the default); ratios to the 0 ms
+  stand-in in the same column.
 
-    python benchmarks/tools.py [--envs 16] [--episodes 64] [--repeats 5] [--isolation auto|bwrap|rlimits]
+    python benchmarks/tools.py [--envs 16] [--episodes 64] [--repeats 5] [--turn-tokens 48]
+        [--isolation auto|bwrap|rlimits]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import platform
 import statistics
@@ -107,23 +111,19 @@ class Recording:
         self.tool.close()
 
 
-class OracleAgent(PPOAgent):
-    """Plays each env's oracle instead of sampling: ``envs`` must be set to the vector env."""
+class PlaysOracle(gym.ActionWrapper):
+    """Whatever the model wrote, the env receives its oracle's action (a tool call, then the
+    answer): every episode calls the tool, while the model still generates every turn."""
 
-    envs = None
-
-    def generate(self, contexts, stop_strings, max_new_tokens, **kwargs):
-        transcripts = ["".join(t) for t in self.envs.get_attr("transcript")]
-        oracles = self.envs.call("oracle")
-        return [self.tokenizer.encode(oracles[transcripts.index(self.tokenizer.decode(c))]) for c in contexts]
+    def action(self, action):
+        oracle = self.env.get_wrapper_attr("oracle")()
+        return np.array(self.env.get_wrapper_attr("tokenizer").encode(oracle), dtype=np.int64)
 
 
 def collect_seconds(agent, vec_class, make_tool, n: int, episodes: int, repeats: int) -> float:
     tokenizer = agent.tokenizer
-    envs = vec_class(
-        [lambda: gym.wrappers.TimeLimit(ToolUse(PythonTaskEnv(tokenizer=tokenizer), [make_tool()]), 4)] * n
-    )
-    agent.envs = envs
+    make = lambda: PlaysOracle(gym.wrappers.TimeLimit(ToolUse(PythonTaskEnv(tokenizer=tokenizer), [make_tool()]), 4))  # noqa: E731
+    envs = vec_class([make] * n)
     seeds = list(range(1000, 1000 + episodes))
     agent.collect(envs, episodes, seeds=seeds)  # warm-up: pools filled, answers recorded
     seconds = median_seconds(lambda: agent.collect(envs, episodes, seeds=seeds), repeats)
@@ -140,6 +140,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--isolation", default="auto")
+    parser.add_argument("--turn-tokens", type=int, default=48, help="tokens the model generates per turn, at most")
     args = parser.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
     fresh, pooled = PythonTool(isolation=args.isolation, pool_size=0), PythonTool(isolation=args.isolation)
@@ -170,20 +171,28 @@ def main() -> None:
 
     tokenizer = ByteTokenizer(env_special_tokens("lmgym/PythonTool-v0"))
     torch.manual_seed(0)
-    agent = OracleAgent(tiny_llama(tokenizer, n_layer=4, n_embd=128, n_head=4), tokenizer, config=PPOConfig(seed=0))
+    model = tiny_llama(tokenizer, n_layer=4, n_embd=128, n_head=4)
+    config = lambda overlap: PPOConfig(seed=0, max_new_tokens=args.turn_tokens, overlap_rollout=overlap)  # noqa: E731
+    agents = {overlap: PPOAgent(copy.deepcopy(model), tokenizer, config=config(overlap)) for overlap in (False, True)}
     answers: dict[str, str] = {}
+    columns = [
+        ("SyncVectorEnv", SyncVectorEnv, False),
+        ("ConcurrentVectorEnv", ConcurrentVectorEnv, False),
+        ("Concurrent, overlapped", ConcurrentVectorEnv, True),
+    ]
     head = f"collect, {args.episodes} episodes, {n} envs"
-    print(f"\n| {head} | SyncVectorEnv s | ratio | ConcurrentVectorEnv s | ratio |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print(f"\n| {head} | " + " | ".join(f"{name} s | ratio" for name, *_ in columns) + " |")
+    print("| --- |" + " ---: | ---: |" * len(columns))
     tools = [("real PythonTool, warm pool", lambda: Recording(PythonTool(isolation=iso), answers))]
     tools += [(f"stand-in, {ms} ms", lambda ms=ms: StandIn(answers, ms / 1000)) for ms in (0, 50, 200)]
     table = {}
     for name, make_tool in tools:
-        vecs = (SyncVectorEnv, ConcurrentVectorEnv)
-        table[name] = [collect_seconds(agent, vec, make_tool, n, args.episodes, reps) for vec in vecs]
+        table[name] = [
+            collect_seconds(agents[overlap], vec, make_tool, n, args.episodes, reps) for _, vec, overlap in columns
+        ]
     base = table["stand-in, 0 ms"]
-    for name, (sync, concurrent) in table.items():
-        print(f"| {name} | {sync:.2f} | {sync / base[0]:.2f}x | {concurrent:.2f} | {concurrent / base[1]:.2f}x |")
+    for name, row in table.items():
+        print(f"| {name} | " + " | ".join(f"{s:.2f} | {s / b:.2f}x" for s, b in zip(row, base)) + " |")
     bound = args.episodes * 0.2 / n
     print(f"\n(episodes x 200 ms / num_envs = {bound:.2f} s: what a 200 ms tool adds when the rollout waits for it)")
 

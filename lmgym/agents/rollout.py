@@ -84,10 +84,11 @@ def overlapped_wave(
     envs = [cast(gym.Wrapper, env).env for env in vec.envs]  # past ConcurrentVectorEnv's Prefetched
     turns = {i: Generation([], [], []) for i in range(len(builders))}  # the rows decoding
     pending: dict[Future, tuple[int, Generation]] = {}  # the rows in their env's step
+    ready: dict[int, list[int]] = {}  # the rows whose step returned: the tokens they rejoin with
     engine.reset()
     with engine.decoding() as policy:
         logits, hidden = engine.prefill(policy.model, [b.tokens for b in builders])
-        while turns or pending:
+        while turns or pending or ready:
             feeds: list[list[int]] = [[] for _ in builders]
             if turns:
                 rows = sorted(turns)
@@ -104,16 +105,21 @@ def overlapped_wave(
                         pending[vec.pool.submit(envs[i].step, np.array(g.tokens, dtype=np.int64))] = (i, g)
                     else:
                         feeds[i] = [t]
-            if pending and not any(feeds):  # nothing to decode: wait for a step to return
+            if pending and not any(feeds) and not ready:  # nothing to decode: wait for a step to return
                 wait(pending, return_when=FIRST_COMPLETED)
             for future in [f for f in pending if f.done()]:
                 i, g = pending.pop(future)
                 obs, reward, terminated, truncated, info = future.result()
                 args = (g.tokens, reward, terminated, truncated, plain_info(info), obs, contract)
                 ids = record_turn(agent, builders[i], g, *args)
-                if ids is not None:  # rejoin: the turn's last token (never fed) and the observation
-                    feeds[i] = [g.tokens[-1], *ids]
+                if ids is not None:  # to rejoin with the turn's last token (never fed) and the observation
+                    ready[i] = [g.tokens[-1], *ids]
+            decoding = sum(map(bool, feeds))
+            if ready and len(ready) >= decoding:  # rejoin together: a prefill pads every row to its width
+                for i, ids in ready.items():
+                    feeds[i] = ids
                     turns[i] = Generation([], [], [])
+                ready.clear()
             if any(feeds):
                 logits, hidden = engine.feed(policy.model, feeds)
 
