@@ -11,8 +11,9 @@ Prints, measured side by side in one run (medians of ``--repeats``):
   model's architecture (untrained) generates every turn (up to ``--turn-tokens``) and the env
   receives its oracle's action instead (a tool call, then the answer: every episode calls the
   tool), with the real tool and with a stand-in tool that answers the same text after 0, 50
-  and 200 ms; in ``SyncVectorEnv``, ``ConcurrentVectorEnv``, and ``ConcurrentVectorEnv`` with
-  the overlapped rollout (``PPOConfig(overlap_rollout=True)``, the default); ratios to the 0 ms
+  and 200 ms, or after 0-2 s depending on the code (not run in ``SyncVectorEnv``: a minute a
+  collect); in ``SyncVectorEnv``, ``ConcurrentVectorEnv``, and ``ConcurrentVectorEnv`` with the
+  overlapped rollout (``PPOConfig(overlap_rollout=True)``); ratios to the 0 ms
   stand-in in the same column.
 
     python benchmarks/tools.py [--envs 16] [--episodes 64] [--repeats 5] [--turn-tokens 48]
@@ -29,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+import zlib
 
 import gymnasium as gym
 import numpy as np
@@ -88,6 +90,14 @@ class StandIn:
 
     def __call__(self, code: str) -> str:
         time.sleep(self.delay)
+        return self.answers[code]
+
+
+class Varied(StandIn):
+    """The same answers after 0 to ``delay`` seconds, a fixed function of the code (crc32)."""
+
+    def __call__(self, code: str) -> str:
+        time.sleep(self.delay * (zlib.crc32(code.encode()) % 1001) / 1000)
         return self.answers[code]
 
 
@@ -185,14 +195,19 @@ def main() -> None:
     print("| --- |" + " ---: | ---: |" * len(columns))
     tools = [("real PythonTool, warm pool", lambda: Recording(PythonTool(isolation=iso), answers))]
     tools += [(f"stand-in, {ms} ms", lambda ms=ms: StandIn(answers, ms / 1000)) for ms in (0, 50, 200)]
+    tools += [("stand-in, 0-2 s (by code)", lambda: Varied(answers, 2.0))]
     table = {}
     for name, make_tool in tools:
         table[name] = [
-            collect_seconds(agents[overlap], vec, make_tool, n, args.episodes, reps) for _, vec, overlap in columns
+            None
+            if vec is SyncVectorEnv and name.endswith("(by code)")
+            else collect_seconds(agents[overlap], vec, make_tool, n, args.episodes, reps)
+            for _, vec, overlap in columns
         ]
     base = table["stand-in, 0 ms"]
     for name, row in table.items():
-        print(f"| {name} | " + " | ".join(f"{s:.2f} | {s / b:.2f}x" for s, b in zip(row, base)) + " |")
+        cells = ["- | -" if s is None else f"{s:.2f} | {s / b:.2f}x" for s, b in zip(row, base)]
+        print(f"| {name} | " + " | ".join(cells) + " |")
     bound = args.episodes * 0.2 / n
     print(f"\n(episodes x 200 ms / num_envs = {bound:.2f} s: what a 200 ms tool adds when the rollout waits for it)")
 

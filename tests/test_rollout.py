@@ -11,8 +11,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from helpers import tiny_model
 
 import lmgym  # noqa: F401
-from lmgym.agents import PPOAgent, PPOConfig
-from lmgym.agents import rollout
+from lmgym.agents import PPOAgent, PPOConfig, rollout
 from lmgym.agents.engines import uniforms
 from lmgym.tokenizers import ByteTokenizer
 from lmgym.vector import ConcurrentVectorEnv
@@ -55,15 +54,15 @@ def test_sequential_concurrent_and_overlapped_rollouts_give_identical_episodes(
     monkeypatch, generation_kwargs, group_size
 ):
     waves = []
-    overlapped_wave = rollout.overlapped_wave
-    monkeypatch.setattr("lmgym.agents.ppo.overlapped_wave", lambda *a: waves.append(1) or overlapped_wave(*a))
+    overlapped = rollout.overlapped_episodes
+    monkeypatch.setattr("lmgym.agents.ppo.overlapped_episodes", lambda *a: waves.append(1) or overlapped(*a))
     runs = [
         collect(SyncVectorEnv, True, generation_kwargs, group_size),
         collect(ConcurrentVectorEnv, False, generation_kwargs, group_size),
     ]
     assert not waves  # neither of those overlaps
     runs.append(collect(ConcurrentVectorEnv, True, generation_kwargs, group_size))
-    assert len(waves) == 2  # 8 episodes in 4 envs: two overlapped waves
+    assert len(waves) == 1  # 8 episodes in 4 envs, without waves
     reference = runs[0].episodes
     assert all(len(e.turn_ends) == 4 for e in reference)  # four model calls, three slow steps
     assert len({tuple(e.tokens.tolist()) for e in reference}) > 1
@@ -84,7 +83,8 @@ def test_the_overlapped_rollout_does_not_wait_for_the_slowest_env():
 
     stage.calls = 0
     make = lambda: gym.make("lmgym/Pipeline-v0", transforms=[stage] * 2, max_action_tokens=6)  # noqa: E731
-    agent = PPOAgent(tiny_model(258, 256, seed=1, n_layer=1, n_embd=16), tokenizer=ByteTokenizer())
+    model = tiny_model(258, 256, seed=1, n_layer=1, n_embd=16)
+    agent = PPOAgent(model, tokenizer=ByteTokenizer(), config=PPOConfig(overlap_rollout=True))
     envs = ConcurrentVectorEnv([make] * 4)
     feeds = []
     feed = agent.engine.feed

@@ -87,12 +87,14 @@ class PPOConfig:
     reuse_kv_cache: bool = True
     """Keep the HF engine's KV cache across the turns of an episode, so a turn prefills only the
     env's new tokens (``False``: prefill the whole history every turn; same tokens, slower)."""
-    overlap_rollout: bool = True
-    """In a ``lmgym.vector.ConcurrentVectorEnv`` (what ``lmgym train`` uses), with the HF engine's
-    own decode loop: an env's step (a tool call) starts as soon as its turn is generated, the
-    engine goes on generating for the envs that are ready, and the env rejoins the decode batch
-    when its step returns (``lmgym.agents.rollout``). Episodes are the same either way: each
-    samples from its own random stream. ``False``: every env waits for the slowest of the step."""
+    overlap_rollout: bool = False
+    """In a ``lmgym.vector.ConcurrentVectorEnv`` with the HF engine's own decode loop, play
+    ``collect`` without waves (``lmgym.agents.rollout``): an env's step (a tool call) starts as
+    soon as its turn is generated, the engine goes on generating for the envs that are ready, an
+    env rejoins the decode batch when its step returns and starts its next episode when one
+    ends. Episodes are the same either way (each samples from its own random stream). Off by
+    default: a rejoining env pads the whole batch to its observation's width, so it pays off
+    only where tools are slow next to generation (``benchmarks/tools.py``)."""
     tis_cap: float = 2.0
     """Truncated importance sampling for an engine whose log-probs differ from the trainer's
     (vLLM): each token's policy loss is weighted by min(p_trainer / p_engine, tis_cap)

@@ -114,10 +114,16 @@ class HFEngine:
         self.agent, self.reuse_cache = agent, reuse_cache
         self.reset()
 
-    def reset(self) -> None:
+    def reset(self, rows: int = 0) -> None:
+        """Drops the cache; ``rows`` empty rows to ``feed`` (the overlapped rollout's)."""
         self.cache: Any = None
-        self.cached: list[list[int]] = []  # per cache row: the tokens whose keys/values it holds
-        self.mask = torch.zeros(0, 0, dtype=torch.long)  # (B, W) 1 where a cache slot is a real token
+        self.cached: list[list[int]] = [[] for _ in range(rows)]  # per row: the tokens whose keys/values it holds
+        self.mask = torch.zeros(rows, 0, dtype=torch.long)  # (B, W) 1 where a cache slot is a real token
+
+    def forget(self, row: int) -> None:
+        """Empties one row: its keys/values stay in the cache, masked out, until a compaction."""
+        self.mask[row] = 0
+        self.cached[row] = []
 
     def sync_weights(self) -> None:
         self.reset()  # the same weights generate; only cached keys/values are stale
@@ -196,9 +202,7 @@ class HFEngine:
         hidden state (B, V), (B, H). Continues the cache when every context extends a cached row."""
         rows = self.match(contexts) if self.reuse_cache else None
         if rows is None:
-            self.reset()
-            self.cached = [[] for _ in contexts]
-            self.mask = torch.zeros(len(contexts), 0, dtype=torch.long)
+            self.reset(len(contexts))
             return self.feed(model, contexts)
         if rows != list(range(len(self.cached))):
             self.cache.batch_select_indices(torch.tensor(rows, device=self.agent.accelerator.device))

@@ -50,7 +50,7 @@ from lmgym.agents.models import (
 )
 from lmgym.agents.policy import PolicyWithValue, shifted_logprobs, state_values, token_entropy, token_logprobs
 from lmgym.agents.recording import EpisodeRecorder
-from lmgym.agents.rollout import overlapped_wave, record_turn
+from lmgym.agents.rollout import check_prompt, episode_key, overlapped_episodes, record_turn
 from lmgym.agents.trajectories import Episode, EpisodeBuilder, Trajectories
 from lmgym.tokenizers import Tokenizer, as_tokenizer, load_tokenizer
 from lmgym.vector import ConcurrentVectorEnv
@@ -199,12 +199,19 @@ class PPOAgent:
         task_seeds = list(seeds) if seeds is not None else self.next_seeds(num_episodes // k)
         if len(task_seeds) * k < num_episodes:
             raise ValueError(f"{len(task_seeds)} seeds for {num_episodes} episodes in groups of {k}")
-        episodes: list[Episode] = []
+        base_key = int(torch.randint(0, 2**62, (1,)))  # episode j samples from stream episode_key(base_key, j)
+        if self.overlaps(vec, contract):
+            episode_seeds = [s for s in task_seeds[: num_episodes // k] for _ in range(k)]
+            keys = [episode_key(base_key, j) for j in range(num_episodes)]
+            episodes = overlapped_episodes(self, cast(ConcurrentVectorEnv, vec), episode_seeds, keys, contract, k)
+        else:
+            episodes = []
         while len(episodes) < num_episodes:
             wave = min(vec.num_envs, num_episodes - len(episodes)) // k
             first_group = len(episodes) // k
             wave_seeds = [s for s in task_seeds[first_group : first_group + wave] for _ in range(k)]
-            episodes += self.run_episodes(vec, wave_seeds, contract, k, first_group)
+            keys = [episode_key(base_key, len(episodes) + i) for i in range(len(wave_seeds))]
+            episodes += self.run_episodes(vec, wave_seeds, contract, k, first_group, keys)
         if score:
             self.score(episodes)
         return Trajectories(episodes, self.tokenizer)
@@ -236,11 +243,18 @@ class PPOAgent:
         }
 
     def run_episodes(
-        self, vec: VectorEnv, seeds: list[int], contract: dict[str, Any], group_size: int = 1, first_group: int = 0
+        self,
+        vec: VectorEnv,
+        seeds: list[int],
+        contract: dict[str, Any],
+        group_size: int = 1,
+        first_group: int = 0,
+        keys: list[int] | None = None,
     ) -> list[Episode]:
         """One wave: resets the first ``len(seeds)`` envs with those seeds and plays each of them
         for one episode, generating in a batch over the envs still playing. Envs whose episode
-        is over get a one-token EOS action and their transitions are ignored."""
+        is over get a one-token EOS action and their transitions are ignored. ``keys``: each
+        episode's sampling stream (drawn from torch's RNG when not given)."""
         n, k = vec.num_envs, group_size
         obs, _ = vec.reset(seed=cast(Any, seeds + [None] * (n - len(seeds))))  # one seed per sub-env
         builders = [
@@ -253,15 +267,8 @@ class PPOAgent:
         idle = np.array([self.tokenizer.eos_token_id], dtype=np.int64)
         budget, limit = contract["max_new_tokens"], self.max_context_tokens
         for b in builders:
-            if len(b.tokens) + budget > limit:
-                raise ValueError(
-                    f"a prompt of {len(b.tokens)} tokens plus a turn of {budget} does not fit the "
-                    f"model's context of {limit} tokens (seed {b.seed})"
-                )
-        keys = torch.randint(0, 2**62, (len(seeds),)).tolist()  # each episode's sampling stream
-        if self.overlaps(vec, contract):
-            overlapped_wave(self, cast(ConcurrentVectorEnv, vec), builders, keys, contract)
-            return [b.build() for b in builders]
+            check_prompt(b, budget, limit)
+        keys = keys or torch.randint(0, 2**62, (len(seeds),)).tolist()
         self.engine.reset()  # a new wave: no cached keys/values carry over
         while live:
             turns = self.generate_turns(

@@ -4,25 +4,28 @@
 info, and the next observation (or the end of the episode, with the final observation of a
 truncated one when it fits the model's context).
 
-``overlapped_wave`` plays one wave of episodes in a ``ConcurrentVectorEnv`` with the HF
-engine's decode loop, without waiting for the slowest env: when an env's turn is generated
-its step (a tool call) starts in the vector env's thread pool and decoding goes on for the
-other envs; when the step returns, its observation is prefilled into that env's KV-cache row
-and the env rejoins the decode batch (continuous batching over episodes). Each episode samples
-from its own random stream (``engines.uniforms``, keyed by episode and token position), so the
-episodes are the ones the step-by-step rollout gives for the same keys.
+``overlapped_episodes`` plays a ``collect``'s episodes in a ``ConcurrentVectorEnv`` with the HF
+engine's decode loop, without waiting for the slowest env: when an env's turn is generated its
+step (a tool call) starts in the vector env's thread pool and decoding goes on for the other
+envs; when the step returns, its observation is prefilled into that env's KV-cache row and the
+env rejoins the decode batch. An env whose episode is over starts the next one at once, so
+there are no waves (continuous batching over episodes). Each episode samples from its own
+random stream (``engines.uniforms``, keyed by episode and token position), so the episodes are
+the ones the wave-by-wave rollout gives.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
+import torch
 
-from lmgym.agents.engines import Generation, HFEngine, sample
-from lmgym.agents.trajectories import EpisodeBuilder
+from lmgym.agents.engines import Generation, HFEngine, _splitmix64, sample
+from lmgym.agents.trajectories import Episode, EpisodeBuilder
 from lmgym.core import ends_turn
 from lmgym.vector import ConcurrentVectorEnv
 
@@ -68,60 +71,106 @@ def record_turn(
     return ids
 
 
-def overlapped_wave(
+def overlapped_episodes(
     agent: PPOAgent,
     vec: ConcurrentVectorEnv,
-    builders: list[EpisodeBuilder],
+    seeds: list[int],
     keys: list[int],
     contract: dict[str, Any],
-) -> None:
-    """Plays sub-envs ``0..len(builders)-1`` (already reset) to the end of their episodes,
-    stepping each in ``vec``'s thread pool as soon as its turn is generated."""
+    group_size: int = 1,
+) -> list[Episode]:
+    """Plays one episode per seed (episode j: ``seeds[j]``, group ``j // group_size``, sampling
+    stream ``keys[j]``) in ``vec``'s sub-envs, without waves: each env's reset and steps run in
+    ``vec``'s thread pool as soon as they can, an env that ends its episode starts the next one,
+    and the engine decodes for every env that is ready. Returns the episodes in seed order."""
     engine = agent.engine
     assert isinstance(engine, HFEngine)
-    tok, budget, stops = agent.tokenizer, contract["max_new_tokens"], contract["stop_strings"]
+    tok, budget, limit = agent.tokenizer, contract["max_new_tokens"], agent.max_context_tokens
+    stops = contract["stop_strings"]
     kwargs = {**agent.config.sampling_kwargs, **contract.get("generation_kwargs", {})}
     envs = [cast(gym.Wrapper, env).env for env in vec.envs]  # past ConcurrentVectorEnv's Prefetched
-    turns = {i: Generation([], [], []) for i in range(len(builders))}  # the rows decoding
-    pending: dict[Future, tuple[int, Generation]] = {}  # the rows in their env's step
-    ready: dict[int, list[int]] = {}  # the rows whose step returned: the tokens they rejoin with
-    engine.reset()
+    n = len(envs)
+    todo = deque(range(len(seeds)))  # episodes not started
+    playing: list[int | None] = [None] * n  # the episode each row (env) plays
+    builders: dict[int, EpisodeBuilder] = {}
+    turns: dict[int, Generation] = {}  # the rows decoding
+    pending: dict[Future, tuple[int, Generation | None]] = {}  # rows in a reset (None) or a step
+    ready: dict[int, list[int]] = {}  # the rows whose reset or step returned: the tokens they rejoin with
+
+    def start(row: int) -> None:
+        if todo:
+            j = playing[row] = todo.popleft()
+            pending[vec.pool.submit(envs[row].reset, seed=seeds[j])] = (row, None)
+        else:
+            playing[row] = None
+
+    for row in range(n):
+        start(row)
+    engine.reset(n)
+    logits = hidden = torch.zeros(0)
     with engine.decoding() as policy:
-        logits, hidden = engine.prefill(policy.model, [b.tokens for b in builders])
         while turns or pending or ready:
-            feeds: list[list[int]] = [[] for _ in builders]
+            feeds: list[list[int]] = [[] for _ in range(n)]
             if turns:
                 rows = sorted(turns)
-                positions = [len(builders[i].tokens) + len(turns[i].tokens) for i in rows]
-                tokens, picked = sample(logits[rows], kwargs, [keys[i] for i in rows], positions)
+                positions = [len(builders[cast(int, playing[r])].tokens) + len(turns[r].tokens) for r in rows]
+                picks = sample(logits[rows], kwargs, [keys[cast(int, playing[r])] for r in rows], positions)
                 values = policy.value_head(hidden[rows].float()).squeeze(-1).tolist()
-                for i, t, logprob, value in zip(rows, tokens, picked, values):
-                    g = turns[i]
+                for r, t, logprob, value in zip(rows, *picks, values):
+                    g = turns[r]
                     g.tokens.append(t)
                     g.logprobs.append(logprob)  # type: ignore[union-attr]
                     g.values.append(value)  # type: ignore[union-attr]
                     if ends_turn(g.tokens, tok, stops) or len(g.tokens) >= budget:
-                        del turns[i]
-                        pending[vec.pool.submit(envs[i].step, np.array(g.tokens, dtype=np.int64))] = (i, g)
+                        del turns[r]
+                        pending[vec.pool.submit(envs[r].step, np.array(g.tokens, dtype=np.int64))] = (r, g)
                     else:
-                        feeds[i] = [t]
-            if pending and not any(feeds) and not ready:  # nothing to decode: wait for a step to return
+                        feeds[r] = [t]
+            if pending and not any(feeds) and not ready:  # nothing to decode: wait for an env
                 wait(pending, return_when=FIRST_COMPLETED)
             for future in [f for f in pending if f.done()]:
-                i, g = pending.pop(future)
+                r, turn = pending.pop(future)
+                j = cast(int, playing[r])
+                if turn is None:  # a reset: a new episode in this row, its old keys/values masked out
+                    obs, _ = future.result()
+                    b = builders[j] = EpisodeBuilder(tok.encode(obs) or [tok.eos_token_id], seeds[j], j // group_size)
+                    check_prompt(b, budget, limit)
+                    engine.forget(r)
+                    ready[r] = list(b.tokens)
+                    continue
                 obs, reward, terminated, truncated, info = future.result()
-                args = (g.tokens, reward, terminated, truncated, plain_info(info), obs, contract)
-                ids = record_turn(agent, builders[i], g, *args)
-                if ids is not None:  # to rejoin with the turn's last token (never fed) and the observation
-                    ready[i] = [g.tokens[-1], *ids]
-            decoding = sum(map(bool, feeds))
-            if ready and len(ready) >= decoding:  # rejoin together: a prefill pads every row to its width
-                for i, ids in ready.items():
-                    feeds[i] = ids
-                    turns[i] = Generation([], [], [])
+                args = (turn.tokens, reward, terminated, truncated, plain_info(info), obs, contract)
+                ids = record_turn(agent, builders[j], turn, *args)
+                if ids is None:
+                    start(r)
+                else:  # rejoin with the turn's last token (never fed) and the observation
+                    ready[r] = [turn.tokens[-1], *ids]
+            if ready and len(ready) >= sum(map(bool, feeds)):  # together: a prefill pads every row to its width
+                for r, ids in ready.items():
+                    feeds[r] = ids
+                    turns[r] = Generation([], [], [])
                 ready.clear()
-            if any(feeds):
-                logits, hidden = engine.feed(policy.model, feeds)
+            if not any(feeds):
+                continue
+            if engine.mask.shape[1] > 2 * max(len(c) + len(f) for c, f in zip(engine.cached, feeds)) + 256:
+                contexts = [c + f for c, f in zip(engine.cached, feeds)]  # compact: drop the masked slots
+                engine.reset(n)
+                feeds = contexts
+            logits, hidden = engine.feed(policy.model, feeds)
+    return [builders[j].build() for j in range(len(seeds))]
+
+
+def check_prompt(builder: EpisodeBuilder, budget: int, limit: int) -> None:
+    if len(builder.tokens) + budget > limit:
+        raise ValueError(
+            f"a prompt of {len(builder.tokens)} tokens plus a turn of {budget} does not fit the "
+            f"model's context of {limit} tokens (seed {builder.seed})"
+        )
+
+
+def episode_key(base: int, j: int) -> int:
+    """The sampling stream of the ``j``-th episode of a ``collect`` (``base`` drawn once per call)."""
+    return _splitmix64(base + j)
 
 
 def plain_info(info: dict[str, Any]) -> dict[str, Any]:
@@ -132,4 +181,4 @@ def plain_info(info: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-__all__ = ["overlapped_wave", "plain_info", "record_turn"]
+__all__ = ["check_prompt", "episode_key", "overlapped_episodes", "plain_info", "record_turn"]
