@@ -168,3 +168,39 @@ def test_top_k_and_top_p_filtering():
 def test_hf_engine_is_the_default():
     agent, fresh = agent_pair()
     assert isinstance(agent.engine, HFEngine) and agent.engine.reuse_cache and not fresh.engine.reuse_cache
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma2-softcapped"])
+def test_logits_of_the_action_tokens_only_equal_the_full_forward(family):
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from lmgym.agents.policy import PolicyWithValue, action_logprobs, predicting
+
+    torch.manual_seed(0)
+    if family == "gemma2-softcapped":  # logits soft-capped after the head: the full forward is kept
+        config = Gemma2Config(
+            vocab_size=258, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=16, final_logit_softcapping=2.0, eos_token_id=256, pad_token_id=257,
+        )  # fmt: skip
+        model = Gemma2ForCausalLM(config)
+    elif family == "gpt2":
+        model = tiny_model(258, 256, seed=1, n_layer=1, n_embd=32)
+    else:
+        from lmgym.agents.warmstart import tiny_llama
+
+        model = tiny_llama(ByteTokenizer(), n_layer=1, n_embd=32, n_head=2)
+    policy = PolicyWithValue(model).eval()  # no dropout
+    assert policy.head_on_hidden == (family != "gemma2-softcapped")
+    tokens = torch.randint(0, 256, (3, 12))
+    attention = torch.ones_like(tokens)
+    attention[2, 9:] = 0  # a padded row
+    actions = torch.zeros_like(tokens, dtype=torch.bool)
+    actions[0, 4:7] = actions[1, 2:12] = actions[2, 5:9] = True
+    full, values = policy(tokens, attention)
+    picked, gathered_values = policy(tokens, attention, actions)
+    assert picked.shape == (3 + 10 + 4, 258)
+    torch.testing.assert_close(picked, full[predicting(actions)], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(gathered_values, values)
+    _, logprobs = action_logprobs(picked, tokens, actions, temperature=0.7)
+    reference = torch.where(actions, token_logprobs(full, tokens, 0.7), 0.0)
+    torch.testing.assert_close(logprobs, reference, atol=1e-5, rtol=1e-5)

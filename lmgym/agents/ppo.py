@@ -48,7 +48,7 @@ from lmgym.agents.models import (
     load_model,
     memory_estimate,
 )
-from lmgym.agents.policy import PolicyWithValue, shifted_logprobs, state_values, token_entropy, token_logprobs
+from lmgym.agents.policy import PolicyWithValue, action_logprobs, state_values, token_logprobs
 from lmgym.agents.recording import EpisodeRecorder
 from lmgym.agents.rollout import check_prompt, episode_key, overlapped_episodes, record_turn
 from lmgym.agents.trajectories import Episode, EpisodeBuilder, Trajectories
@@ -316,8 +316,9 @@ class PPOAgent:
         temperature = self.config.temperature
         for chunk in self._chunks([e for e in todo if e.logprobs is None or e.values is None or e.truncated]):
             tokens, attention = self._padded(chunk)
-            logits, values = self.policy(tokens, attention)
-            logprobs = token_logprobs(logits, tokens, temperature)  # (B, T)
+            actions = pad_batch([e.action_mask for e in chunk], False)[0].to(tokens.device)
+            logits, values = self.policy(tokens, attention, actions)  # (N, V): the action tokens' only
+            logprobs = action_logprobs(logits, tokens, actions, temperature)[1]  # (B, T)
             state_v = state_values(values)  # (B, T)
             for row, e in enumerate(chunk):
                 T, mask = e.length, e.action_mask
@@ -456,9 +457,8 @@ class PPOAgent:
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         """The clipped PPO loss on a minibatch (B, T); token-level means over action tokens."""
         cfg, mask = self.config, mb["action_mask"]
-        logits, values = self.policy(mb["tokens"], mb["attention_mask"])
-        logp_all = shifted_logprobs(logits, cfg.temperature)  # (B, T-1, V), once for log-probs and entropy
-        logprobs = token_logprobs(logp_all, mb["tokens"], log_softmaxed=True)  # (B, T)
+        logits, values = self.policy(mb["tokens"], mb["attention_mask"], mask)  # (N, V): action tokens only
+        logp_all, logprobs = action_logprobs(logits, mb["tokens"], mask, cfg.temperature)  # (N, V), (B, T)
         values = state_values(values)  # (B, T)
         n = mask.sum().clamp(min=1)
 
@@ -479,7 +479,7 @@ class PPOAgent:
         else:
             v_loss = 0.5 * masked_mean(v_loss_unclipped)
         with torch.set_grad_enabled(cfg.ent_coef != 0):  # a metric only, unless it is in the loss
-            entropy = masked_mean(token_entropy(logp_all, log_softmaxed=True))
+            entropy = -(logp_all.exp() * logp_all).sum(-1).sum() / n  # over the action tokens
         vf_coef = cfg.vf_coef if cfg.estimator == "gae" else 0.0  # critic-free: the head idles
         loss = pg_loss + vf_coef * v_loss
         if cfg.ent_coef:
