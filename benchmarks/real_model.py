@@ -14,8 +14,8 @@ writes a run dir as ``lmgym train`` does: ``OUT/warmstart`` (the warm-started mo
 ``OUT/model`` (the final one: ``lmgym eval lmgym/Calculator-v0 --model OUT/model``), metrics
 and learning curve, and ``OUT/summary.json`` with ``zero_shot``, ``warm_start`` and ``after``.
 
-    python benchmarks/real_model.py [--out runs/real_model] [--warmstart-steps 40]
-        [--episodes 512] [--eval-episodes 200] [--lora r=16] [--full]
+    python benchmarks/real_model.py [--out runs/real_model] [--warmstart-steps 30]
+        [--episodes 256] [--eval-episodes 200] [--lora r=16] [--full]
 """
 
 from __future__ import annotations
@@ -64,8 +64,10 @@ def peak_rss_mb() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/real_model")
-    parser.add_argument("--warmstart-steps", type=int, default=40)
-    parser.add_argument("--episodes", type=int, default=512, help="RL episodes")
+    parser.add_argument("--warmstart-steps", type=int, default=30)
+    parser.add_argument("--episodes", type=int, default=256, help="RL episodes")
+    parser.add_argument("--episodes-per-update", type=int, default=32)
+    parser.add_argument("--kl-coef", type=float, default=0.0, help="0 skips the reference forward")
     parser.add_argument("--eval-episodes", type=int, default=200)
     parser.add_argument("--num-envs", type=int, default=32)
     parser.add_argument("--max-action-tokens", type=int, default=40)
@@ -136,11 +138,11 @@ def main() -> None:
     config = PPOConfig(
         seed=0,
         peft_config=lora,
-        learning_rate=args.learning_rate or (2e-4 if lora else 2e-5),
-        episodes_per_update=64,
-        mini_batch_size=16,
-        n_epochs=2,
-        kl_coef=0.02,
+        learning_rate=args.learning_rate or (1e-4 if lora else 1e-5),
+        episodes_per_update=args.episodes_per_update,
+        mini_batch_size=8,
+        n_epochs=1,
+        kl_coef=args.kl_coef,
     )
     agent = PPOAgent(model, tokenizer, config=config)
     envs = ConcurrentVectorEnv([make] * args.num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
