@@ -161,12 +161,12 @@ def test_token_exact_across_three_turns(family):
         assert len(e.turn_ends) == 3
         starts = [t for t in range(1, e.length) if e.action_mask[t] and not e.action_mask[t - 1]]
         actions = [e.tokens[s : end + 1].tolist() for s, end in zip(starts, e.turn_ends)]
-        texts = [hf.decode(a, skip_special_tokens=True) for a in actions]
         messages = [{"role": "user", "content": "Name a number."}]
-        for i, text in enumerate(texts):
-            messages.append({"role": "assistant", "content": text})
-            if i < len(notes):
-                messages.append({"role": "user", "content": notes[i](text)})
+        for i, action in enumerate(actions):  # as sampled: a special token mid-turn is in the content too
+            sampled = hf.decode(action, skip_special_tokens=False).removesuffix(end_of_turn)
+            messages.append({"role": "assistant", "content": sampled})
+            if i < len(notes):  # the env's note, on the text it decoded (special tokens dropped)
+                messages.append({"role": "user", "content": notes[i](hf.decode(action, skip_special_tokens=True))})
         rendered = hf.apply_chat_template(messages, tokenize=False)
         stream = hf.decode(e.tokens.tolist(), skip_special_tokens=False)
         assert rendered.startswith(stream), name
