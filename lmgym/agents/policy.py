@@ -93,24 +93,14 @@ def shifted_logprobs(logits: torch.Tensor, temperature: float = 1.0) -> torch.Te
     return torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
 
 
-def token_logprobs(
-    logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0, log_softmaxed: bool = False
-) -> torch.Tensor:
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Log-prob of each token given the ones before it, at the sampling temperature.
 
     Returns (B, T): ``out[:, t] = log p(input_ids[:, t] | input_ids[:, :t])`` and ``out[:, 0] = 0``.
-    With ``log_softmaxed``, ``logits`` is already ``shifted_logprobs(...)`` (B, T-1, V): the loss
-    shares one log-softmax between log-probs and entropy.
     """
-    logp = logits if log_softmaxed else shifted_logprobs(logits, temperature)  # (B, T-1, V)
+    logp = shifted_logprobs(logits, temperature)  # (B, T-1, V)
     picked = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
     return F.pad(picked, (1, 0))
-
-
-def token_entropy(logits: torch.Tensor, temperature: float = 1.0, log_softmaxed: bool = False) -> torch.Tensor:
-    """Entropy of the distribution each token was drawn from, aligned like ``token_logprobs``."""
-    logp = logits if log_softmaxed else shifted_logprobs(logits, temperature)  # (B, T-1, V)
-    return F.pad(-(logp.exp() * logp).sum(-1), (1, 0))  # (B, T)
 
 
 def state_values(values: torch.Tensor) -> torch.Tensor:
