@@ -50,6 +50,12 @@ class Generation:
     values: list[float] | None = None
     """V of the state before each token (engines that run the policy's value head)."""
 
+    def add(self, token: int, logprob: float, value: float) -> None:
+        """One more sampled token, with its log-prob and the value before it (a decode loop's)."""
+        self.tokens.append(token)
+        self.logprobs.append(logprob)  # type: ignore[union-attr]
+        self.values.append(value)  # type: ignore[union-attr]
+
 
 class Engine(Protocol):
     """What ``PPOAgent`` needs of a rollout engine."""
@@ -186,9 +192,7 @@ class HFEngine:
                         feed.append([])
                         continue
                     g = out[i]
-                    g.tokens.append(t)
-                    g.logprobs.append(picked[i])  # type: ignore[union-attr]
-                    g.values.append(values[i])  # type: ignore[union-attr]
+                    g.add(t, picked[i], values[i])
                     done[i] = ends_turn(g.tokens, tok, stop_strings)
                     # a finished row's last token is not fed: the next turn prefills it with the observation
                     feed.append([] if done[i] else [t])

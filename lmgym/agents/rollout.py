@@ -57,12 +57,14 @@ def record_turn(
         sampler_logprobs=None if exact or not turn.tokens else turn.logprobs,
     )
     limit = agent.max_context_tokens
-    ids = agent.tokenizer.encode(obs)
     if terminated or truncated:
         builder.terminated, builder.truncated = bool(terminated), bool(truncated and not terminated)
-        if builder.truncated and len(builder.tokens) + len(ids) <= limit:  # the bootstrap state sees it
-            builder.add_observation(ids)
+        if builder.truncated:  # the bootstrap state sees the final observation, if it fits
+            final = agent.tokenizer.encode(obs)
+            if len(builder.tokens) + len(final) <= limit:
+                builder.add_observation(final)
         return None
+    ids = agent.tokenizer.encode(obs)
     if len(builder.tokens) + len(ids) + contract["max_new_tokens"] > limit:  # the next turn would not fit
         builder.truncated = True
         builder.add_observation(ids[: max(0, limit - len(builder.tokens))])
@@ -118,9 +120,7 @@ def overlapped_episodes(
                 values = policy.value_head(hidden[rows].float()).squeeze(-1).tolist()
                 for r, t, logprob, value in zip(rows, *picks, values):
                     g = turns[r]
-                    g.tokens.append(t)
-                    g.logprobs.append(logprob)  # type: ignore[union-attr]
-                    g.values.append(value)  # type: ignore[union-attr]
+                    g.add(t, logprob, value)
                     if ends_turn(g.tokens, tok, stops) or len(g.tokens) >= budget:
                         del turns[r]
                         pending[vec.pool.submit(envs[r].step, np.array(g.tokens, dtype=np.int64))] = (r, g)
