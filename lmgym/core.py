@@ -114,6 +114,29 @@ def check_timeout(name: str, value: float | None) -> float | None:
     return float(value)
 
 
+def may_end_turn(token: int, tokenizer: Tokenizer, stop_strings: Sequence[str]) -> bool:
+    """Whether ``token`` can be the last of a turn: EOS, a special token whose text is a stop
+    string, or a token whose text a stop string can end in (one holding a stop string's last
+    character, or an incomplete UTF-8 piece). An engine that stops on token ids (vLLM) stops at
+    these and checks ``ends_turn``.
+
+    Example:
+        >>> from lmgym.tokenizers import ByteTokenizer
+        >>> tok = ByteTokenizer()
+        >>> [may_end_turn(t, tok, ["</calc>"]) for t in tok.encode("c>")] + [may_end_turn(tok.eos_token_id, tok, [])]
+        [False, True, True]
+    """
+    if token == tokenizer.eos_token_id:
+        return True
+    if not stop_strings:
+        return False
+    special = getattr(tokenizer, "special_token_text", None)  # HF: a chat template's end-of-turn token
+    if special is not None and special(token) in stop_strings:
+        return True
+    piece = tokenizer.decode([token])
+    return not piece or "\ufffd" in piece or any(s[-1] in piece for s in stop_strings)
+
+
 def ends_turn(ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequence[str]) -> bool:
     """Whether the last of ``ids`` (a turn so far) ends the turn: it is EOS, or it completes a
     stop string (which may end inside it). Only a window of tokens at the end is decoded: the
@@ -126,19 +149,14 @@ def ends_turn(ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequence[s
         (True, False)
     """
     last = int(ids[-1])
+    if not may_end_turn(last, tokenizer, stop_strings):
+        return False
     if last == tokenizer.eos_token_id:
         return True
-    if not stop_strings:
-        return False
-    special = getattr(tokenizer, "special_token_text", None)  # HF: a chat template's end-of-turn token
-    if special is not None and special(last) in stop_strings:
-        return True
-    piece = tokenizer.decode([last])
-    if piece and "\ufffd" not in piece and not any(s[-1] in piece for s in stop_strings):
-        return False  # the last token cannot complete any stop string
     window = 4 * max(map(len, stop_strings)) + 2
     text = tokenizer.decode([int(i) for i in ids[-window:]])
-    return any(s in text for s in stop_strings)
+    special = getattr(tokenizer, "special_token_text", None)
+    return any(s in text for s in stop_strings) or (special is not None and special(last) in stop_strings)
 
 
 def action_length(ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequence[str], max_tokens: int) -> int | None:

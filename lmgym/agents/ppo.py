@@ -37,7 +37,7 @@ from transformers import PreTrainedModel
 from lmgym.agents import checkpoints
 from lmgym.agents.advantages import gae, grpo_advantages, rloo_advantages, whiten
 from lmgym.agents.config import PPOConfig
-from lmgym.agents.engines import Engine, Generation, HFEngine, make_engine
+from lmgym.agents.engines import Engine, EnginePolicy, Generation, HFEngine, make_engine
 from lmgym.agents.kl import KLController
 from lmgym.agents.metrics import MetricsLogger
 from lmgym.agents.models import (
@@ -120,7 +120,7 @@ class PPOAgent:
         policy = PolicyWithValue(model)
         optimizer = adamw([p for p in policy.parameters() if p.requires_grad], self.config.learning_rate)
         self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
-        self.engine: Engine = make_engine(self.config.engine, self)
+        self.engine: Engine = make_engine(self.config.engine, self.engine_policy(), **self.engine_kwargs())
         self.kl_controller = KLController(
             self.config.kl_coef, self.config.adaptive_kl, self.config.kl_target, self.config.kl_horizon
         )
@@ -129,6 +129,29 @@ class PPOAgent:
         self.num_updates = 0
 
     # ----------------------------------------------------------------------------- the model
+    def engine_policy(self) -> EnginePolicy:
+        """What the rollout engine generates with: the policy, its tokenizer and sampling settings."""
+        config = self.config
+        return EnginePolicy(
+            self.accelerator.unwrap_model(self.policy),
+            self.tokenizer,
+            lambda: config.sampling_kwargs,
+            self.accelerator.device,
+            config.seed,
+        )
+
+    def close(self) -> None:
+        """Stops the rollout engine's processes, if it has any (vLLM's); the agent can still be saved."""
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """The engine's arguments: ``PPOConfig.engine_kwargs``, and ``reuse_kv_cache`` for the HF engine."""
+        if self.config.engine == "hf":
+            return {"reuse_cache": self.config.reuse_kv_cache, **self.config.engine_kwargs}
+        return dict(self.config.engine_kwargs)
+
     @property
     def model(self) -> PreTrainedModel:
         """The causal LM being trained (unwrapped from accelerate)."""
