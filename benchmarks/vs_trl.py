@@ -616,9 +616,8 @@ def main() -> None:
                     continue
                 results[name].append(json.loads(out.read_text()))
                 r = results[name][-1]
-                print(
-                    f"[rep {rep}] {name}: {rate(r['completions_per_s'])} completions/s ({r['train_s']:.2f} s)", flush=True
-                )
+                rate_s = rate(r["completions_per_s"])
+                print(f"[rep {rep}] {name}: {rate_s} completions/s ({r['train_s']:.2f} s)", flush=True)
     import torch
     import transformers
 

@@ -112,6 +112,8 @@ def add_model_flags(p: Any) -> None:
 
 def _field_type(field: dataclasses.Field) -> Any:
     kind = str(field.type)
+    if kind.startswith("dict"):
+        return json.loads
     if "bool" in kind:
         return lambda s: s.lower() in ("1", "true", "yes", "on")
     if "float" in kind:
@@ -143,7 +145,7 @@ RUN_FILES = (
 
 def _check_inputs(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     from lmgym.agents.checkpoints import CheckpointError, resolve, verify
-    from lmgym.cli import make_env, parse_kwargs
+    from lmgym.cli_support import make_env, parse_kwargs
 
     make_env(args.env_id, **parse_kwargs(args.env_arg)).close()  # a bad --env-arg fails here, in one line
     for flag, least in [("episodes", 1), ("num_envs", 1), ("eval_episodes", 1), ("threads", 1), ("eval_every", 0)]:
@@ -365,7 +367,7 @@ def _quiet_transformers() -> None:
 
 def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     from lmgym.agents.config import PPOConfig
-    from lmgym.cli import parse_kwargs
+    from lmgym.cli_support import parse_kwargs
 
     _check_inputs(args, usage_error)  # bad input fails here, before torch is even imported
     started = time.perf_counter()
@@ -465,7 +467,7 @@ def train(args: argparse.Namespace, usage_error: type[Exception]) -> None:
 
 def evaluate_command(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     from lmgym.agents.config import PPOConfig
-    from lmgym.cli import parse_kwargs
+    from lmgym.cli_support import parse_kwargs
 
     _check_inputs(args, usage_error)
     if not os.path.exists(args.model):

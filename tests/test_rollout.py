@@ -55,7 +55,7 @@ def test_sequential_concurrent_and_overlapped_rollouts_give_identical_episodes(
 ):
     waves = []
     overlapped = rollout.overlapped_episodes
-    monkeypatch.setattr("lmgym.agents.ppo.overlapped_episodes", lambda *a: waves.append(1) or overlapped(*a))
+    monkeypatch.setattr("lmgym.agents.rollout.overlapped_episodes", lambda *a: waves.append(1) or overlapped(*a))
     runs = [
         collect(SyncVectorEnv, True, generation_kwargs, group_size),
         collect(ConcurrentVectorEnv, False, generation_kwargs, group_size),

@@ -229,3 +229,10 @@ def find_damaged(path: str | os.PathLike) -> str | None:
         except Exception as e:
             return f"{str(file)!r} is damaged or unreadable ({type(e).__name__})"
     return None
+
+
+def cache_dir() -> Path:
+    """``$LMGYM_CACHE``, else ``$XDG_CACHE_HOME/lmgym``, else ``~/.cache/lmgym``."""
+    if os.environ.get("LMGYM_CACHE"):
+        return Path(os.environ["LMGYM_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lmgym"

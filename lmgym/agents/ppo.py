@@ -17,31 +17,31 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import inspect
 import json
 import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
-from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector import VectorEnv
 from transformers import PreTrainedModel
 
 from lmgym.agents import checkpoints
 from lmgym.agents.advantages import gae, grpo_advantages, rloo_advantages, whiten
 from lmgym.agents.config import PPOConfig
-from lmgym.agents.engines import Engine, EnginePolicy, Generation, HFEngine, make_engine
+from lmgym.agents.engines import Engine, EnginePolicy, make_engine
 from lmgym.agents.kl import KLController
 from lmgym.agents.metrics import MetricsLogger
 from lmgym.agents.models import (
     MANIFEST,
+    adamw,
     apply_lora,
     check_model_vocab,
     disable_dropout,
@@ -50,18 +50,14 @@ from lmgym.agents.models import (
 )
 from lmgym.agents.policy import PolicyWithValue, action_logprobs, state_values, token_logprobs
 from lmgym.agents.recording import EpisodeRecorder
-from lmgym.agents.rollout import check_prompt, episode_key, overlapped_episodes, record_turn
-from lmgym.agents.trajectories import Episode, EpisodeBuilder, Trajectories
+from lmgym.agents.rollout import EVAL_SEED_OFFSET, Rollout, as_vector_env, env_id_of
+from lmgym.agents.trajectories import Episode, Trajectories, pad_batch
 from lmgym.tokenizers import Tokenizer, as_tokenizer, load_tokenizer
-from lmgym.vector import ConcurrentVectorEnv
-
-EVAL_SEED_OFFSET = 2**30
-"""Training episodes draw reset seeds below this; held-out evaluation seeds start here."""
 
 Callback = Callable[..., Any]
 
 
-class PPOAgent:
+class PPOAgent(Rollout):
     """Trains a causal LM with PPO on Gymnasium envs whose actions are token sequences.
 
     Args:
@@ -151,183 +147,6 @@ class PPOAgent:
         if self.config.engine == "hf":
             return {"reuse_cache": self.config.reuse_kv_cache, **self.config.engine_kwargs}
         return dict(self.config.engine_kwargs)
-
-    @property
-    def model(self) -> PreTrainedModel:
-        """The causal LM being trained (unwrapped from accelerate)."""
-        return self.accelerator.unwrap_model(self.policy).model
-
-    @property
-    def max_context_tokens(self) -> int:
-        limit = self.config.max_context_tokens or getattr(self.model.config, "max_position_embeddings", None)
-        return int(limit or 2048)
-
-    # ------------------------------------------------------------------------------ generate
-    def generate_turns(
-        self,
-        contexts: list[list[int]],
-        stop_strings: Sequence[str],
-        max_new_tokens: int,
-        keys: Sequence[int] | None = None,
-        **generation_kwargs: Any,
-    ) -> list[Generation]:
-        """One turn for each context through the rollout engine (``config.engine``): the sampled
-        ids, each turn ended by EOS, a stop string or ``max_new_tokens``, with the sampler's
-        log-probs (and values, from the HF engine). ``config.generation_kwargs`` apply, and
-        ``generation_kwargs`` override them for this call. ``keys`` (one per context: ``collect``
-        gives one per episode) make the HF engine sample each row from its own random stream."""
-        if type(self).generate is not PPOAgent.generate:  # a subclass's own generate wins
-            return [
-                Generation(ids) for ids in self.generate(contexts, stop_strings, max_new_tokens, **generation_kwargs)
-            ]
-        if keys is not None and "keys" in inspect.signature(self.engine.generate).parameters:
-            generation_kwargs = {**generation_kwargs, "keys": keys}  # an engine written without keys gets none
-        return self.engine.generate(contexts, stop_strings, max_new_tokens, **generation_kwargs)
-
-    def generate(
-        self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, **generation_kwargs: Any
-    ) -> list[list[int]]:
-        """One turn for each context: the sampled action ids (see ``generate_turns``)."""
-        return [g.tokens for g in self.engine.generate(contexts, stop_strings, max_new_tokens, **generation_kwargs)]
-
-    # ------------------------------------------------------------------------------- collect
-    def collect(
-        self,
-        envs: gym.Env | VectorEnv,
-        num_episodes: int,
-        group_size: int | None = None,
-        seeds: Sequence[int] | None = None,
-        generation_kwargs: dict[str, Any] | None = None,
-        score: bool = True,
-    ) -> Trajectories:
-        """Runs ``num_episodes`` episodes and returns them, scored (old and reference log-probs,
-        values).
-
-        Args:
-            envs: a Gymnasium ``VectorEnv`` (either autoreset mode), or a single env.
-            num_episodes: how many episodes.
-            group_size: episodes per task: each group of k envs is reset with the same seed
-                (defaults to ``config.group_size``); ``num_envs`` must be a multiple of it.
-            seeds: explicit reset seeds, one per task (e.g. held-out evaluation seeds).
-            generation_kwargs: overrides of ``config.generation_kwargs`` for these episodes
-                (``{"do_sample": False}`` for greedy evaluation).
-            score: compute log-probs and values (``update`` needs them; evaluation does not).
-        """
-        vec = as_vector_env(envs)
-        contract = self.env_contract(vec)
-        contract["generation_kwargs"] = dict(generation_kwargs or {})
-        k = group_size or self.config.group_size or 1
-        if vec.num_envs % k or num_episodes % k:
-            raise ValueError(f"group_size {k} must divide num_envs ({vec.num_envs}) and num_episodes ({num_episodes})")
-        task_seeds = list(seeds) if seeds is not None else self.next_seeds(num_episodes // k)
-        if len(task_seeds) * k < num_episodes:
-            raise ValueError(f"{len(task_seeds)} seeds for {num_episodes} episodes in groups of {k}")
-        base_key = int(torch.randint(0, 2**62, (1,)))  # episode j samples from stream episode_key(base_key, j)
-        if self.overlaps(vec, contract):
-            episode_seeds = [s for s in task_seeds[: num_episodes // k] for _ in range(k)]
-            keys = [episode_key(base_key, j) for j in range(num_episodes)]
-            episodes = overlapped_episodes(self, cast(ConcurrentVectorEnv, vec), episode_seeds, keys, contract, k)
-        else:
-            episodes = []
-        while len(episodes) < num_episodes:
-            wave = min(vec.num_envs, num_episodes - len(episodes)) // k
-            first_group = len(episodes) // k
-            wave_seeds = [s for s in task_seeds[first_group : first_group + wave] for _ in range(k)]
-            keys = [episode_key(base_key, len(episodes) + i) for i in range(len(wave_seeds))]
-            episodes += self.run_episodes(vec, wave_seeds, contract, k, first_group, keys)
-        if score:
-            self.score(episodes)
-        return Trajectories(episodes, self.tokenizer)
-
-    def next_seeds(self, n: int) -> list[int]:
-        """Fresh training seeds (below ``EVAL_SEED_OFFSET``), reproducible from ``config.seed``."""
-        return [int(s) for s in self.seed_rng.integers(0, EVAL_SEED_OFFSET, size=n)]
-
-    def env_contract(self, vec: VectorEnv) -> dict[str, Any]:
-        """Reads the env's tokenizer, stop strings and turn budget, and checks the tokenizer."""
-        env_tok = as_tokenizer(_attr(vec, "tokenizer"))
-        mine = self.tokenizer
-        if (env_tok.vocab_size, env_tok.eos_token_id) != (mine.vocab_size, mine.eos_token_id):
-            raise ValueError(
-                f"the env's tokenizer (vocab_size={env_tok.vocab_size}, eos={env_tok.eos_token_id}) does not "
-                f"match the agent's (vocab_size={mine.vocab_size}, eos={mine.eos_token_id}): make the env with "
-                "tokenizer=agent.tokenizer"
-            )
-        space = vec.single_action_space
-        max_tokens = int(_attr(vec, "max_action_tokens", getattr(space, "max_length", 64)))
-        if self.config.max_new_tokens is not None and self.config.max_new_tokens > max_tokens:
-            raise ValueError(
-                f"max_new_tokens={self.config.max_new_tokens} is more than the env's max_action_tokens={max_tokens}"
-            )
-        return {
-            "stop_strings": tuple(_attr(vec, "stop_strings", ())),
-            "max_new_tokens": int(self.config.max_new_tokens or max_tokens),
-            "autoreset": vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP),
-        }
-
-    def run_episodes(
-        self,
-        vec: VectorEnv,
-        seeds: list[int],
-        contract: dict[str, Any],
-        group_size: int = 1,
-        first_group: int = 0,
-        keys: list[int] | None = None,
-    ) -> list[Episode]:
-        """One wave: resets the first ``len(seeds)`` envs with those seeds and plays each of them
-        for one episode, generating in a batch over the envs still playing. Envs whose episode
-        is over get a one-token EOS action and their transitions are ignored. ``keys``: each
-        episode's sampling stream (drawn from torch's RNG when not given)."""
-        n, k = vec.num_envs, group_size
-        obs, _ = vec.reset(seed=cast(Any, seeds + [None] * (n - len(seeds))))  # one seed per sub-env
-        builders = [
-            EpisodeBuilder(
-                self.tokenizer.encode(obs[i]) or [self.tokenizer.eos_token_id], seeds[i], first_group + i // k
-            )
-            for i in range(len(seeds))
-        ]
-        live = list(range(len(seeds)))
-        idle = np.array([self.tokenizer.eos_token_id], dtype=np.int64)
-        budget, limit = contract["max_new_tokens"], self.max_context_tokens
-        for b in builders:
-            check_prompt(b, budget, limit)
-        keys = keys or torch.randint(0, 2**62, (len(seeds),)).tolist()
-        self.engine.reset()  # a new wave: no cached keys/values carry over
-        while live:
-            turns = self.generate_turns(
-                [builders[i].tokens for i in live],
-                contract["stop_strings"],
-                budget,
-                [keys[i] for i in live],
-                **contract.get("generation_kwargs", {}),
-            )
-            batch = [idle] * n
-            for i, turn in zip(live, turns):
-                batch[i] = np.array(turn.tokens or [self.tokenizer.eos_token_id], dtype=np.int64)
-            obs, rewards, terminated, truncated, infos = vec.step(tuple(batch))
-            same_step = contract["autoreset"] == AutoresetMode.SAME_STEP
-            for i, turn in zip(list(live), turns):
-                ended = bool(terminated[i] or truncated[i])
-                final = infos["final_obs"][i] if ended and same_step else obs[i]
-                info = step_info(infos, i, ended and same_step)
-                args = (batch[i].tolist(), rewards[i], terminated[i], truncated[i], info, final, contract)
-                if record_turn(self, builders[i], turn, *args) is None:
-                    live.remove(i)
-        return [b.build() for b in builders]
-
-    def overlaps(self, vec: VectorEnv, contract: dict[str, Any]) -> bool:
-        """Whether ``collect`` overlaps generation with env steps here: ``config.overlap_rollout``,
-        a ``ConcurrentVectorEnv``, and the HF engine's own decode loop (lean generation kwargs,
-        no ``generate``/``generate_turns`` override)."""
-        kwargs = {**self.config.sampling_kwargs, **contract.get("generation_kwargs", {})}
-        return (
-            self.config.overlap_rollout
-            and isinstance(vec, ConcurrentVectorEnv)
-            and isinstance(self.engine, HFEngine)
-            and HFEngine.lean(kwargs)
-            and type(self).generate is PPOAgent.generate
-            and type(self).generate_turns is PPOAgent.generate_turns
-        )
 
     # --------------------------------------------------------------------------------- score
     @torch.no_grad()
@@ -798,63 +617,6 @@ def _python_state(plain: Any) -> tuple:
 
 
 # ------------------------------------------------------------------------------------ helpers
-def as_vector_env(envs: gym.Env | VectorEnv) -> VectorEnv:
-    """A vector env as is; a single env wrapped in a one-env ``SyncVectorEnv`` (SAME_STEP)."""
-    if isinstance(envs, VectorEnv):
-        return envs
-    if isinstance(envs, gym.Env):
-        vec = getattr(envs, "_lmgym_vector", None)  # kept: a dropped vector env would close the user's env
-        if vec is None:
-            vec = SyncVectorEnv([lambda: envs], autoreset_mode=AutoresetMode.SAME_STEP)
-            envs._lmgym_vector = vec  # type: ignore[attr-defined]
-        return vec
-    raise TypeError(f"expected a gymnasium Env or VectorEnv, got {type(envs).__name__}")
-
-
-def env_id_of(envs: gym.Env | VectorEnv) -> str | None:
-    """The registered id of an env or vector env, if it has one."""
-    spec = getattr(envs, "spec", None)
-    if spec is None and isinstance(envs, VectorEnv):
-        spec = _attr(envs, "spec", None)
-    return getattr(spec, "id", None)
-
-
-_MISSING = object()
-
-
-def _attr(vec: VectorEnv, name: str, default: Any = _MISSING) -> Any:
-    try:
-        return cast(Any, vec).get_attr(name)[0]  # every Gymnasium vector env has get_attr
-    except AttributeError:
-        if default is _MISSING:
-            raise AttributeError(f"the env has no {name!r} attribute (the lmgym env contract needs it)") from None
-        return default
-
-
-def info_at(infos: dict[str, Any], i: int) -> dict[str, Any]:
-    """Env ``i``'s info from a vector env's batched info dict."""
-    out = {}
-    for key, value in infos.items():
-        if key.startswith("_") or key in ("final_obs", "final_info"):
-            continue
-        present = infos.get(f"_{key}")
-        if present is None or present[i]:
-            out[key] = info_at(value, i) if isinstance(value, dict) else _plain(value[i])
-    return out
-
-
-def step_info(infos: dict[str, Any], i: int, autoreset_same_step: bool) -> dict[str, Any]:
-    """Env ``i``'s info of this step. When its episode ended under SAME_STEP autoreset, the
-    top-level info is the next episode's reset info and this step's is in ``final_info``."""
-    if autoreset_same_step and "final_info" in infos and infos.get("_final_info", [True] * (i + 1))[i]:
-        return info_at(infos["final_info"], i)
-    return info_at(infos, i)
-
-
-def _plain(x: Any) -> Any:
-    return x.item() if isinstance(x, np.generic) else x
-
-
 def explained_variance(batch: Trajectories, returns: Sequence[torch.Tensor]) -> float:
     """1 - Var(returns - values) / Var(returns) over the batch's action tokens (CleanRL's
     ``explained_variance``): 1 is a perfect critic, 0 no better than a constant, < 0 worse."""
@@ -865,15 +627,6 @@ def explained_variance(batch: Trajectories, returns: Sequence[torch.Tensor]) -> 
     return float("nan") if var == 0 else 1.0 - float((target - values).var(unbiased=False)) / var
 
 
-def adamw(params: list[torch.nn.Parameter], lr: float) -> torch.optim.AdamW:
-    """AdamW with the fused kernel where torch has one for these parameters (CPU and CUDA
-    floats): on a small model the per-tensor loop of the default costs as much as the math."""
-    try:
-        return torch.optim.AdamW(params, lr=lr, fused=True)
-    except (RuntimeError, ValueError):
-        return torch.optim.AdamW(params, lr=lr)
-
-
 def importance_weights(episode: Episode, cap: float) -> torch.Tensor:
     """Truncated importance weights (T,): min(p_trainer / p_engine, cap) on action tokens, 1
     elsewhere, for episodes an inexact engine sampled (1 everywhere for the others)."""
@@ -881,17 +634,6 @@ def importance_weights(episode: Episode, cap: float) -> torch.Tensor:
         return torch.ones(episode.length)
     ratio = (episode.logprobs - episode.sampler_logprobs).exp().clamp(max=cap)
     return torch.where(episode.action_mask, ratio, 1.0)
-
-
-def pad_batch(rows: Sequence[torch.Tensor], pad_value: int | float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pads 1-D tensors into (B, T) and returns it with its attention mask (B, T)."""
-    width = max(len(r) for r in rows)
-    out = torch.full((len(rows), width), pad_value, dtype=rows[0].dtype)
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r
-        attention[i, : len(r)] = 1
-    return out, attention
 
 
 def _fire(callbacks: Iterable[Callback], event: str, *args: Any) -> bool | None:

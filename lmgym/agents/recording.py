@@ -10,7 +10,6 @@ seeds each time, to compare before and after. One compact JSON object per episod
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -19,83 +18,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lmgym.agents.policy import token_logprobs
-from lmgym.agents.trajectories import Episode
-from lmgym.tokenizers import Tokenizer
+from lmgym.agents.trajectories import Episode, episode_record, pad_batch
 
 if TYPE_CHECKING:
-    from lmgym.agents.ppo import PPOAgent  # ppo imports this module
+    from lmgym.agents.rollout import Rollout
 
 EPISODES_FILE = "episodes.jsonl"
-
-
-def token_pieces(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
-    """The text each token adds, so that the pieces join into the decoded text (a tokenizer
-    that decodes one token differently in context, e.g. a SentencePiece space, stays exact).
-
-    Example:
-        >>> from lmgym.tokenizers import ByteTokenizer
-        >>> token_pieces(ByteTokenizer(["<a>"]), ByteTokenizer(["<a>"]).encode("hi<a>"))
-        ['h', 'i', '<a>']
-    """
-    pieces, before = [], ""
-    for i in range(len(ids)):
-        text = tokenizer.decode(list(ids[: i + 1]))
-        pieces.append(text[len(before) :] if text.startswith(before) else tokenizer.decode([ids[i]]))
-        before = text
-    return pieces
-
-
-def _on_actions(x: torch.Tensor | None, mask: torch.Tensor, digits: int = 4) -> list[float | None] | None:
-    """Values on the action tokens only, in order, rounded (JSON stays small and finite)."""
-    if x is None:
-        return None
-    return [round(v, digits) if math.isfinite(v) else None for v in x[mask].tolist()]
-
-
-def episode_record(
-    episode: Episode,
-    tokenizer: Tokenizer,
-    update: int,
-    kind: str,
-    env_id: str | None = None,
-    new_logprobs: torch.Tensor | None = None,
-) -> dict[str, Any]:
-    """One episode as the viewer reads it.
-
-    Per token: ``text`` (its piece) and ``mask`` (1 where the model wrote it). Per action token,
-    in order (lists as long as the number of action tokens, or ``None`` when unknown):
-    ``logprob`` (at sampling), ``value``, ``adv`` (the advantage it was trained with), ``kl``
-    (log-prob minus reference log-prob, k1) and ``ratio`` (new over old probability after the
-    update).
-    """
-    mask = episode.action_mask
-    kl = None
-    if episode.logprobs is not None and episode.ref_logprobs is not None:
-        kl = episode.logprobs - episode.ref_logprobs
-    ratio = None
-    if new_logprobs is not None and episode.logprobs is not None:
-        ratio = (new_logprobs - episode.logprobs).exp()
-    return {
-        "update": update,
-        "kind": kind,
-        "env": env_id,
-        "seed": episode.seed,
-        "group": episode.group,
-        "return": episode.return_,
-        "success": episode.success,
-        "terminated": episode.terminated,
-        "truncated": episode.truncated,
-        "tool_calls": episode.tool_calls,
-        "turn_ends": list(episode.turn_ends),
-        "rewards": [float(r) for r in episode.rewards],
-        "text": token_pieces(tokenizer, episode.tokens.tolist()),
-        "mask": [int(m) for m in mask],
-        "logprob": _on_actions(episode.logprobs, mask),
-        "value": _on_actions(episode.values, mask),
-        "adv": _on_actions(episode.advantages, mask),
-        "kl": _on_actions(kl, mask),
-        "ratio": _on_actions(ratio, mask),
-    }
 
 
 def append_records(path: str | os.PathLike, records: Sequence[dict[str, Any]]) -> None:
@@ -105,9 +33,8 @@ def append_records(path: str | os.PathLike, records: Sequence[dict[str, Any]]) -
 
 
 @torch.no_grad()
-def current_logprobs(agent: PPOAgent, episodes: Sequence[Episode]) -> list[torch.Tensor]:
+def current_logprobs(agent: Rollout, episodes: Sequence[Episode]) -> list[torch.Tensor]:
     """Log-probs (T,) of each episode's tokens under the agent's policy as it is now."""
-    from lmgym.agents.ppo import pad_batch
 
     tokens, attention = pad_batch([e.tokens for e in episodes], agent.tokenizer.pad_token_id)
     device = agent.accelerator.device
@@ -136,9 +63,10 @@ class EpisodeRecorder:
     def due(self, update: int, last: bool) -> bool:
         return last or update <= 1 or update % self.every == 0
 
-    def record(self, agent: PPOAgent, envs: Any, batch: Iterable[Episode] | None, update: int) -> None:
-        """Appends this update's episodes: ``batch`` (just trained on) and the held-out ones."""
-        from lmgym.agents.ppo import EVAL_SEED_OFFSET
+    def record(self, agent: Any, envs: Any, batch: Iterable[Episode] | None, update: int) -> None:
+        """Appends this update's episodes (``agent``: a ``PPOAgent``): ``batch`` (just trained
+        on) and the held-out ones."""
+        from lmgym.agents.rollout import EVAL_SEED_OFFSET
 
         records = []
         kept = list(batch or [])[: self.n]

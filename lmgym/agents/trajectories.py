@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,7 +186,6 @@ class Trajectories:
         """Writes these episodes as a self-contained HTML page (the ``lmgym view`` episode
         viewer): each model token coloured by its advantage once ``update`` has seen it, with its
         log-prob, value and KL on hover. ``tokenizer`` defaults to the one ``collect`` attached."""
-        from lmgym.agents.recording import episode_record
         from lmgym.report import report_data, write_html
 
         tokenizer = tokenizer or self.tokenizer
@@ -212,3 +212,84 @@ class Trajectories:
 
     def __repr__(self) -> str:
         return f"Trajectories({len(self)} episodes, mean return {sum(self.returns) / max(len(self), 1):.3f})"
+
+
+def pad_batch(rows: Sequence[torch.Tensor], pad_value: int | float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pads 1-D tensors into (B, T) and returns it with its attention mask (B, T)."""
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), pad_value, dtype=rows[0].dtype)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+        attention[i, : len(r)] = 1
+    return out, attention
+
+
+def token_pieces(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+    """The text each token adds, so that the pieces join into the decoded text (a tokenizer
+    that decodes one token differently in context, e.g. a SentencePiece space, stays exact).
+
+    Example:
+        >>> from lmgym.tokenizers import ByteTokenizer
+        >>> token_pieces(ByteTokenizer(["<a>"]), ByteTokenizer(["<a>"]).encode("hi<a>"))
+        ['h', 'i', '<a>']
+    """
+    pieces, before = [], ""
+    for i in range(len(ids)):
+        text = tokenizer.decode(list(ids[: i + 1]))
+        pieces.append(text[len(before) :] if text.startswith(before) else tokenizer.decode([ids[i]]))
+        before = text
+    return pieces
+
+
+def _on_actions(x: torch.Tensor | None, mask: torch.Tensor, digits: int = 4) -> list[float | None] | None:
+    """Values on the action tokens only, in order, rounded (JSON stays small and finite)."""
+    if x is None:
+        return None
+    return [round(v, digits) if math.isfinite(v) else None for v in x[mask].tolist()]
+
+
+def episode_record(
+    episode: Episode,
+    tokenizer: Tokenizer,
+    update: int,
+    kind: str,
+    env_id: str | None = None,
+    new_logprobs: torch.Tensor | None = None,
+) -> dict[str, Any]:
+    """One episode as the viewer reads it.
+
+    Per token: ``text`` (its piece) and ``mask`` (1 where the model wrote it). Per action token,
+    in order (lists as long as the number of action tokens, or ``None`` when unknown):
+    ``logprob`` (at sampling), ``value``, ``adv`` (the advantage it was trained with), ``kl``
+    (log-prob minus reference log-prob, k1) and ``ratio`` (new over old probability after the
+    update).
+    """
+    mask = episode.action_mask
+    kl = None
+    if episode.logprobs is not None and episode.ref_logprobs is not None:
+        kl = episode.logprobs - episode.ref_logprobs
+    ratio = None
+    if new_logprobs is not None and episode.logprobs is not None:
+        ratio = (new_logprobs - episode.logprobs).exp()
+    return {
+        "update": update,
+        "kind": kind,
+        "env": env_id,
+        "seed": episode.seed,
+        "group": episode.group,
+        "return": episode.return_,
+        "success": episode.success,
+        "terminated": episode.terminated,
+        "truncated": episode.truncated,
+        "tool_calls": episode.tool_calls,
+        "turn_ends": list(episode.turn_ends),
+        "rewards": [float(r) for r in episode.rewards],
+        "text": token_pieces(tokenizer, episode.tokens.tolist()),
+        "mask": [int(m) for m in mask],
+        "logprob": _on_actions(episode.logprobs, mask),
+        "value": _on_actions(episode.values, mask),
+        "adv": _on_actions(episode.advantages, mask),
+        "kl": _on_actions(kl, mask),
+        "ratio": _on_actions(ratio, mask),
+    }

