@@ -2,7 +2,8 @@
 
 vLLM pins its own torch and transformers, so ``.ci/run`` runs this file in a venv of its own
 (with the lowest transformers lmgym supports); in the main venv it skips. One vLLM start serves
-the module's engine tests (a start takes about a minute on 2 cores); the CLI test starts one more.
+the module's engine tests (a start takes about a minute on 2 cores, or seconds with ``enforce_eager``); the CLI test
+starts one more, in its own process.
 """
 
 import copy
@@ -50,6 +51,7 @@ def llama(seed=0):
         for p in model.parameters():
             if p.dim() == 2:
                 p.mul_(8.0)
+        model.lm_head.weight.mul_(3.0)
     return model
 
 
@@ -86,7 +88,7 @@ def test_vllm_logprobs_are_the_trainers(agent):
     with torch.no_grad():
         logp = torch.log_softmax(agent.model(torch.tensor([CONTEXTS[0]])).logits[0].double(), -1)
     entropy = -(logp.exp() * logp).sum(-1).mean().item()
-    assert entropy < 0.6 * np.log(TOK.vocab_size)  # far from uniform: a gap in the logits would show
+    assert entropy < 0.5 * np.log(TOK.vocab_size)  # far from uniform: a gap in the logits would show
     assert gap(agent) < 1e-3
     assert gap(agent, temperature=0.7) < 1e-3  # the sampled distribution's, not the raw logits'
 
@@ -134,8 +136,14 @@ class TwoTurns(LMEnv):
 def test_both_engines_stop_each_turn_at_the_stop_string(agent):
     hf = PPOAgent(copy.deepcopy(agent.model), tokenizer=TOK, config=PPOConfig(seed=0))
     free = hf.engine.generate([TOK.encode("Echo: abc\n")], [], 24, do_sample=False)[0].tokens
-    stop = TOK.decode(free[4:6])  # a string the greedy model writes in its first turn, at tokens 5-6
-    assert stop and "\ufffd" not in stop
+    # a string the greedy model writes in its first turn (two printable tokens), first completed at token j + 2
+    j, stop = next(
+        (j, TOK.decode(free[j : j + 2]))
+        for j in range(2, len(free) - 1)
+        if len(TOK.decode(free[j : j + 2])) == 2
+        and TOK.decode(free[j : j + 2]).isprintable()
+        and action_length(free, TOK, [TOK.decode(free[j : j + 2])], 24) == j + 2
+    )
     episodes = {}
     for name, a in (("hf", hf), ("vllm", agent)):
         episodes[name] = a.collect(TwoTurns(stop, TOK), num_episodes=1, generation_kwargs={"do_sample": False})[0]
@@ -145,17 +153,16 @@ def test_both_engines_stop_each_turn_at_the_stop_string(agent):
     mask, tokens = e.action_mask.tolist(), e.tokens.tolist()
     starts = [i for i, m in enumerate(mask) if m and not mask[i - 1]]
     turns = [tokens[s : end + 1] for s, end in zip(starts, e.turn_ends)]
-    assert len(turns[0]) == 6 and TOK.decode(turns[0]).endswith(stop)  # the first turn stops at the stop string
+    assert len(turns[0]) == j + 2 and TOK.decode(turns[0]).endswith(stop)  # the first turn stops at the string
     for turn in turns:  # each turn ends where the stop rule says (the string, EOS or the budget)
         assert action_length(turn, TOK, [stop], TwoTurns.max_action_tokens) == len(turn)
 
 
-def test_close_removes_the_engine_dir():
-    agent = PPOAgent(llama(), tokenizer=TOK, config=PPOConfig(engine="vllm", engine_kwargs=EAGER))
+def test_close_stops_vllm_and_removes_its_dir(agent):  # last of the module's engine tests
     directory = agent.engine.dir
     assert os.path.exists(os.path.join(directory, "model.safetensors"))
     agent.close()
-    assert not os.path.exists(directory)
+    assert not os.path.exists(directory) and not hasattr(agent.engine, "llm")
 
 
 def test_lmgym_train_with_vllm_runs_two_updates(tmp_path):

