@@ -117,14 +117,17 @@ def check_timeout(name: str, value: float | None) -> float | None:
 def may_end_turn(token: int, tokenizer: Tokenizer, stop_strings: Sequence[str]) -> bool:
     """Whether ``token`` can be the last of a turn: EOS, a special token whose text is a stop
     string, or a token whose text a stop string can end in (one holding a stop string's last
-    character, or an incomplete UTF-8 piece). An engine that stops on token ids (vLLM) stops at
-    these and checks ``ends_turn``.
+    character; one with no text of its own; an incomplete UTF-8 piece, where a stop string ends
+    in a non-ASCII character). An engine that stops on token ids (vLLM) stops at these and
+    checks ``ends_turn``.
 
     Example:
         >>> from lmgym.tokenizers import ByteTokenizer
         >>> tok = ByteTokenizer()
-        >>> [may_end_turn(t, tok, ["</calc>"]) for t in tok.encode("c>")] + [may_end_turn(tok.eos_token_id, tok, [])]
-        [False, True, True]
+        >>> [may_end_turn(t, tok, ["</calc>"]) for t in tok.encode("c>é")] + [may_end_turn(tok.eos_token_id, tok, [])]
+        [False, True, False, False, True]
+        >>> [may_end_turn(t, tok, ["café"]) for t in tok.encode("é")]
+        [True, True]
     """
     if token == tokenizer.eos_token_id:
         return True
@@ -134,7 +137,11 @@ def may_end_turn(token: int, tokenizer: Tokenizer, stop_strings: Sequence[str]) 
     if special is not None and special(token) in stop_strings:
         return True
     piece = tokenizer.decode([token])
-    return not piece or "\ufffd" in piece or any(s[-1] in piece for s in stop_strings)
+    if not piece:  # decodes to text only in context (a SentencePiece "▁", say)
+        return True
+    if "\ufffd" in piece:  # part of a multi-byte character: it can end only a stop string that ends in one
+        return not all(s[-1].isascii() for s in stop_strings) or any(s[-1] in piece for s in stop_strings)
+    return any(s[-1] in piece for s in stop_strings)
 
 
 def ends_turn(ids: Sequence[int], tokenizer: Tokenizer, stop_strings: Sequence[str]) -> bool:

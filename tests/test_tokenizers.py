@@ -1,7 +1,7 @@
 import pickle
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lmgym.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, as_tokenizer
@@ -56,3 +56,21 @@ def test_as_tokenizer_passes_protocol_objects_and_rejects_others():
         as_tokenizer(object())
     with pytest.raises(ValueError, match="could not load a tokenizer"):
         as_tokenizer("/no/such/tokenizer/dir")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "b", ">", "é", "€", " ", [0xA9], [0xE2], [256]]), max_size=20),
+    st.lists(st.text(alphabet="ab>é€ ", min_size=1, max_size=3), min_size=1, max_size=2),
+)
+def test_a_turn_ends_where_the_text_first_holds_a_stop_string(pieces, stops):
+    """``action_length`` (which skips tokens ``may_end_turn`` rules out) ends a turn exactly where
+    a brute-force decode of every prefix first holds a stop string (or at EOS)."""
+    from lmgym.core import action_length
+
+    tok = ByteTokenizer()
+    ids = [i for p in pieces for i in (p if isinstance(p, list) else list(p.encode()))]
+    first = next(
+        (j + 1 for j in range(len(ids)) if ids[j] == 256 or any(s in tok.decode(ids[: j + 1]) for s in stops)), None
+    )
+    assert action_length(ids, tok, stops, 64) == first
