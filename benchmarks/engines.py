@@ -19,6 +19,7 @@ it runs on CPU, on a GPU with ``vllm``:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -54,7 +55,7 @@ def main() -> None:
     parser.add_argument("--max-action-tokens", type=int, default=32)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--engine-kwargs", type=eval, default={"kv_cache_gb": 2}, help="VLLMEngine arguments")
+    parser.add_argument("--engine-kwargs", type=json.loads, default={"kv_cache_gb": 2}, help="VLLMEngine args, JSON")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

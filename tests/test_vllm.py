@@ -16,10 +16,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from lmgym.agents import PPOAgent, PPOConfig
 from lmgym.agents.ppo import importance_weights
+from lmgym.agents.warmstart import tiny_llama
 from lmgym.core import LMEnv, action_length
 from lmgym.tokenizers import ByteTokenizer
 
@@ -33,20 +33,8 @@ EAGER = {"enforce_eager": True, "kv_cache_gb": 1}  # no compile at start: tests 
 
 def llama(seed=0):
     """A small Llama (head_dim 32: vLLM's CPU attention needs >= 32) with sharp, far from uniform logits."""
-    config = LlamaConfig(
-        vocab_size=TOK.vocab_size,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=512,
-        bos_token_id=TOK.eos_token_id,
-        eos_token_id=TOK.eos_token_id,
-        pad_token_id=TOK.pad_token_id,
-    )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
+    model = tiny_llama(TOK, n_layer=2, n_embd=128, n_head=4, n_positions=512)
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
