@@ -27,7 +27,7 @@ def plain_copy(path: str | os.PathLike, cache: str | os.PathLike | None = None) 
         path: a ``.gguf`` file.
         cache: where copies live (default: ``<lmgym cache>/gguf``).
     """
-    from lmgym.agents.checkpoints import cache_dir, find_damaged, sha256, written_aside
+    from lmgym.storage import cache_dir, find_damaged, sha256, written_aside
 
     path = Path(path)
     if not is_gguf(path):

@@ -21,8 +21,8 @@ def byte_agent(seed=0, **config):
 class RecordingAgent(PPOAgent):
     """Remembers every action it generated."""
 
-    def generate(self, contexts, stop_strings, max_new_tokens):
-        actions = super().generate(contexts, stop_strings, max_new_tokens)
+    def generate(self, contexts, stop_strings, max_new_tokens, **kwargs):
+        actions = super().generate(contexts, stop_strings, max_new_tokens, **kwargs)
         self.generated = getattr(self, "generated", []) + actions
         return actions
 

@@ -89,7 +89,7 @@ class FakeEngine:
     def __init__(self, reply):
         self.reply, self.calls, self.syncs, self.resets = reply, [], 0, 0
 
-    def generate(self, contexts, stop_strings, max_new_tokens, **kwargs):
+    def generate(self, contexts, stop_strings, max_new_tokens, keys=None, **kwargs):
         self.calls.append((len(contexts), tuple(stop_strings), max_new_tokens, kwargs))
         return [Generation(list(self.reply), [-0.5] * len(self.reply), [0.25] * len(self.reply)) for _ in contexts]
 
@@ -98,6 +98,9 @@ class FakeEngine:
 
     def reset(self):
         self.resets += 1
+
+    def close(self):
+        pass
 
 
 def test_the_agent_uses_any_engine_through_the_interface():

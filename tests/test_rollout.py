@@ -11,8 +11,9 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from helpers import tiny_model
 
 import lmgym  # noqa: F401
-from lmgym.agents import PPOAgent, PPOConfig, rollout
+from lmgym.agents import PPOAgent, PPOConfig
 from lmgym.agents.engines import uniforms
+from lmgym.agents.rollout import RolloutCollector
 from lmgym.tokenizers import ByteTokenizer
 from lmgym.vector import ConcurrentVectorEnv
 
@@ -54,8 +55,8 @@ def test_sequential_concurrent_and_overlapped_rollouts_give_identical_episodes(
     monkeypatch, generation_kwargs, group_size
 ):
     waves = []
-    overlapped = rollout.overlapped_episodes
-    monkeypatch.setattr("lmgym.agents.rollout.overlapped_episodes", lambda *a: waves.append(1) or overlapped(*a))
+    overlapped = RolloutCollector.overlapped_episodes
+    monkeypatch.setattr(RolloutCollector, "overlapped_episodes", lambda *a: waves.append(1) or overlapped(*a))
     runs = [
         collect(SyncVectorEnv, True, generation_kwargs, group_size),
         collect(ConcurrentVectorEnv, False, generation_kwargs, group_size),
@@ -87,8 +88,14 @@ def test_the_overlapped_rollout_does_not_wait_for_the_slowest_env():
     agent = PPOAgent(model, tokenizer=ByteTokenizer(), config=PPOConfig(overlap_rollout=True))
     envs = ConcurrentVectorEnv([make] * 4)
     feeds = []
-    feed = agent.engine.feed
-    agent.engine.feed = lambda model, rows: feeds.append([bool(r) for r in rows]) or feed(model, rows)
+    flush = agent.engine.flush
+    engine = agent.engine
+
+    def recording_flush():
+        feeds.append([bool(engine.queued.get(r)) for r in range(len(engine.cached))])
+        flush()
+
+    agent.engine.flush = recording_flush
     batch = agent.collect(envs, 4, seeds=[0, 1, 2, 3], score=False)
     assert all(len(e.turn_ends) == 3 for e in batch.episodes)
     # the envs that were not waiting on the slow step kept decoding while it ran

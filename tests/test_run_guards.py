@@ -60,16 +60,16 @@ def test_a_second_train_on_the_same_out_is_refused(tmp_path):
 
 
 def test_overwrite_clears_only_the_run(tmp_path):
-    from lmgym.train import _claim_run_dir
+    from lmgym.cli.rundir import claim_run_dir
 
     for name in ("metrics.csv", "episodes.jsonl", "notes.txt"):
         (tmp_path / name).write_text("x")
     (tmp_path / "checkpoints" / "update-000001").mkdir(parents=True)
     args = argparse.Namespace(out=str(tmp_path), resume=None, overwrite=True)
-    lock = _claim_run_dir(args, UsageError)
+    lock = claim_run_dir(args)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".lmgym.lock", "notes.txt"]
     with pytest.raises(UsageError, match="another lmgym train"):
-        _claim_run_dir(args, UsageError)  # the lock is held until the run ends
+        claim_run_dir(args)  # the lock is held until the run ends
     lock.close()
 
 

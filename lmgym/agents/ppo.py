@@ -2,26 +2,26 @@
 
 The loop, top to bottom::
 
-    collect(envs, n)   episodes as token streams (every model call of every turn), scored with
-                       old log-probs, reference log-probs and values
+    collect(envs, n)   episodes as token streams (every model call of every turn), played by the
+                       agent's RolloutCollector through its engine, then scored with old
+                       log-probs, reference log-probs and values
     update(batch)      compute_rewards -> compute_advantages -> PPO epochs over minibatches
     learn(envs, N)     collect/update until N episodes, with progress, metrics, checkpoints
     step(q, r, s, m)   the classic step-wise entry for hand-written loops
 
 Every stage is a method a subclass can override (``generate``, ``compute_rewards``,
-``compute_advantages``, ``loss``), and each is usable on its own.
+``compute_advantages``, ``loss``), and each is usable on its own. Playing episodes is
+``lmgym.agents.rollout``'s, saving and loading ``lmgym.agents.persistence``'s, and what ``learn``
+does around an update ``lmgym.agents.callbacks``'.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import hashlib
-import json
 import os
-import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,31 +33,20 @@ from accelerate.utils import set_seed
 from gymnasium.vector import VectorEnv
 from transformers import PreTrainedModel
 
-from lmgym.agents import checkpoints
+from lmgym.agents import persistence
 from lmgym.agents.advantages import gae, grpo_advantages, rloo_advantages, whiten
+from lmgym.agents.callbacks import Callback, fire, run_callbacks
 from lmgym.agents.config import PPOConfig
-from lmgym.agents.engines import Engine, EnginePolicy, make_engine
+from lmgym.agents.engines import Engine, EnginePolicy, Generation, make_engine
 from lmgym.agents.kl import KLController
-from lmgym.agents.metrics import MetricsLogger
-from lmgym.agents.models import (
-    MANIFEST,
-    adamw,
-    apply_lora,
-    check_model_vocab,
-    disable_dropout,
-    load_model,
-    memory_estimate,
-)
+from lmgym.agents.models import adamw, apply_lora, check_model_vocab, disable_dropout, load_model, memory_estimate
 from lmgym.agents.policy import PolicyWithValue, action_logprobs, state_values, token_logprobs
-from lmgym.agents.recording import EpisodeRecorder
-from lmgym.agents.rollout import EVAL_SEED_OFFSET, Rollout, as_vector_env, env_id_of
+from lmgym.agents.rollout import EVAL_SEED_OFFSET, RolloutCollector, as_vector_env
 from lmgym.agents.trajectories import Episode, Trajectories, pad_batch
-from lmgym.tokenizers import Tokenizer, as_tokenizer, load_tokenizer
-
-Callback = Callable[..., Any]
+from lmgym.tokenizers import Tokenizer, as_tokenizer
 
 
-class PPOAgent(Rollout):
+class PPOAgent:
     """Trains a causal LM with PPO on Gymnasium envs whose actions are token sequences.
 
     Args:
@@ -87,7 +76,7 @@ class PPOAgent(Rollout):
     ):
         self.config = config or PPOConfig()
         self.accelerator = Accelerator(
-            mixed_precision=self.config.mixed_precision,
+            mixed_precision=self.config.model.mixed_precision,
             gradient_accumulation_steps=self.config.gradient_accumulation_steps,
         )
         set_seed(self.config.seed + self.accelerator.process_index)
@@ -101,9 +90,9 @@ class PPOAgent(Rollout):
         self.tokenizer: Tokenizer = as_tokenizer(tokenizer)
         check_model_vocab(model, self.tokenizer)
         disable_dropout(model)  # dropout would make the PPO ratio differ from 1 at the start
-        if self.config.peft_config and not hasattr(model, "disable_adapter"):
-            model = apply_lora(model, self.config.peft_config)
-        if self.config.gradient_checkpointing:
+        if self.config.model.peft_config and not hasattr(model, "disable_adapter"):
+            model = apply_lora(model, self.config.model.peft_config)
+        if self.config.model.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
         self.is_peft = hasattr(model, "disable_adapter") and ref_model is None
@@ -116,37 +105,115 @@ class PPOAgent(Rollout):
         policy = PolicyWithValue(model)
         optimizer = adamw([p for p in policy.parameters() if p.requires_grad], self.config.learning_rate)
         self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
-        self.engine: Engine = make_engine(self.config.engine, self.engine_policy(), **self.engine_kwargs())
+        engine = make_engine(self.config.engine.name, self.engine_policy(), **self.config.engine.arguments)
+        limit = getattr(model.config, "max_position_embeddings", None) or 2048
+        self.rollout = RolloutCollector(
+            engine, self.tokenizer, self.config, limit, generate=self.generate, rank=self.accelerator.process_index
+        )
         self.kl_controller = KLController(
             self.config.kl_coef, self.config.adaptive_kl, self.config.kl_target, self.config.kl_horizon
         )
-        self.seed_rng = np.random.default_rng([self.config.seed, self.accelerator.process_index])
         self.num_episodes = 0
         self.num_updates = 0
 
+    @classmethod
+    def default(cls, env_id: str = "lmgym/Calculator-v0", **kwargs: Any) -> PPOAgent:
+        """What ``lmgym train ENV`` trains with no ``--model``: the tiny Llama warm-started on the
+        env's demonstrations (cached), with its PPO settings (``lmgym.agents.defaults``)."""
+        from lmgym.agents.defaults import default_agent
+
+        return default_agent(env_id, **kwargs)
+
     # ----------------------------------------------------------------------------- the model
+    @property
+    def model(self) -> PreTrainedModel:
+        """The causal LM being trained (unwrapped from accelerate)."""
+        return self.accelerator.unwrap_model(self.policy).model
+
+    @property
+    def value_head(self) -> torch.nn.Module:
+        return self.accelerator.unwrap_model(self.policy).value_head
+
+    @property
+    def engine(self) -> Engine:
+        """The rollout engine (``lmgym.agents.engines``); assign one to replace it."""
+        return self.rollout.engine
+
+    @engine.setter
+    def engine(self, engine: Engine) -> None:
+        self.rollout.engine = engine
+
+    @functools.cached_property
+    def tokens_fingerprint(self) -> str:
+        """SHA-256 of every token's text: what a checkpoint's tokenizer must match (decoded once)."""
+        return persistence.tokens_fingerprint(self.tokenizer)
+
+    @property
+    def max_context_tokens(self) -> int:
+        return self.rollout.max_context_tokens
+
     def engine_policy(self) -> EnginePolicy:
         """What the rollout engine generates with: the policy, its tokenizer and sampling settings."""
         config = self.config
         return EnginePolicy(
             self.accelerator.unwrap_model(self.policy),
             self.tokenizer,
-            lambda: config.sampling_kwargs,
+            lambda: config.rollout.sampling_kwargs,
             self.accelerator.device,
             config.seed,
         )
 
     def close(self) -> None:
         """Stops the rollout engine's processes, if it has any (vLLM's); the agent can still be saved."""
-        close = getattr(self.engine, "close", None)
-        if close is not None:
-            close()
+        self.engine.close()
 
-    def engine_kwargs(self) -> dict[str, Any]:
-        """The engine's arguments: ``PPOConfig.engine_kwargs``, and ``reuse_kv_cache`` for the HF engine."""
-        if self.config.engine == "hf":
-            return {"reuse_cache": self.config.reuse_kv_cache, **self.config.engine_kwargs}
-        return dict(self.config.engine_kwargs)
+    # ------------------------------------------------------------------------------- collect
+    def collect(
+        self,
+        envs: gym.Env | VectorEnv,
+        num_episodes: int,
+        group_size: int | None = None,
+        seeds: Sequence[int] | None = None,
+        generation_kwargs: dict[str, Any] | None = None,
+        score: bool = True,
+    ) -> Trajectories:
+        """Runs ``num_episodes`` episodes and returns them, scored (old and reference log-probs,
+        values).
+
+        Args:
+            envs: a Gymnasium ``VectorEnv`` (either autoreset mode), or a single env.
+            num_episodes: how many episodes.
+            group_size: episodes per task: each group of k envs is reset with the same seed
+                (defaults to ``config.group_size``); ``num_envs`` must be a multiple of it.
+            seeds: explicit reset seeds, one per task (e.g. held-out evaluation seeds).
+            generation_kwargs: overrides of ``config.rollout.generation_kwargs`` for these
+                episodes (``{"do_sample": False}`` for greedy evaluation).
+            score: compute log-probs and values (``update`` needs them; evaluation does not).
+        """
+        batch = self.rollout.collect(envs, num_episodes, group_size, seeds, generation_kwargs)
+        if score:
+            self.score(batch)
+        return batch
+
+    def generate(
+        self,
+        contexts: list[list[int]],
+        stop_strings: Sequence[str],
+        max_new_tokens: int,
+        keys: Sequence[int] | None = None,
+        **generation_kwargs: Any,
+    ) -> list[Generation]:
+        """One turn for each context through the rollout engine: the sampled ids (each a
+        ``Generation``, a list with the sampler's log-probs and, from the HF engine, values),
+        each turn ended by EOS, a stop string or ``max_new_tokens``. ``config.rollout.
+        generation_kwargs`` apply, and ``generation_kwargs`` override them for this call; ``keys``
+        (one per context, from ``collect``) give each row its own random stream. Override it to
+        generate otherwise: returning plain lists of ids is fine (they are scored afterwards)."""
+        return self.engine.generate(contexts, stop_strings, max_new_tokens, keys=keys, **generation_kwargs)
+
+    def env_contract(self, envs: gym.Env | VectorEnv) -> dict[str, Any]:
+        """The env's stop strings, turn budget and autoreset mode (``RolloutCollector.env_contract``)."""
+        return self.rollout.env_contract(as_vector_env(envs))
 
     # --------------------------------------------------------------------------------- score
     @torch.no_grad()
@@ -155,7 +222,7 @@ class PPOAgent(Rollout):
         decode loop already gave them), the value after a truncated episode's last token, and
         reference log-probs (skipped when the KL term is off: ``kl_coef=0``, not adaptive)."""
         todo = [e for e in episodes if not e.scored]
-        temperature = self.config.temperature
+        temperature = self.config.rollout.temperature
         for chunk in self._chunks([e for e in todo if e.logprobs is None or e.values is None or e.truncated]):
             tokens, attention = self._padded(chunk)
             actions = pad_batch([e.action_mask for e in chunk], False)[0].to(tokens.device)
@@ -180,7 +247,7 @@ class PPOAgent(Rollout):
                 e.ref_logprobs = torch.where(e.action_mask, ref_logprobs[row, : e.length].cpu(), 0.0)
 
     def _chunks(self, episodes: list[Episode]) -> Iterator[list[Episode]]:
-        size = self.config.forward_batch_size
+        size = self.config.model.forward_batch_size
         return (episodes[i : i + size] for i in range(0, len(episodes), size))
 
     def _padded(self, episodes: list[Episode]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -240,25 +307,12 @@ class PPOAgent(Rollout):
         """One PPO update on a batch of episodes; returns the metrics as a ``/``-namespaced dict."""
         if len(batch) == 0:
             raise ValueError("update needs at least one episode")
-        cfg, start = self.config, time.perf_counter()
+        cfg, start, device = self.config, time.perf_counter(), self.accelerator.device
         self.score(batch)
         targets = self.compute_advantages(batch)
         for e, adv in zip(batch, targets["advantages"]):
             e.advantages = adv  # kept for the viewer (lmgym view)
-        fields = {
-            "tokens": [e.tokens for e in batch],
-            "attention_mask": [torch.ones(e.length, dtype=torch.long) for e in batch],  # 0 where padded
-            "action_mask": [e.action_mask for e in batch],
-            "old_logprobs": [e.logprobs for e in batch],
-            "ref_logprobs": [e.ref_logprobs for e in batch],
-            "old_values": [e.values for e in batch],
-            "advantages": targets["advantages"],
-            "returns": targets["returns"],
-        }
-        if any(e.sampler_logprobs is not None for e in batch):  # an inexact engine: truncated IS
-            fields["is_weights"] = [importance_weights(e, cfg.tis_cap) for e in batch]
-        device = self.accelerator.device
-        padded = {k: pad_batch(v, 0)[0].to(device) for k, v in fields.items()}  # (N, T) each, padded once
+        padded = self.update_tensors(batch, targets)  # (N, T) each, padded once
         lengths = torch.tensor([e.length for e in batch])
         stats: dict[str, list[float]] = {}
         self.policy.train()
@@ -277,7 +331,7 @@ class PPOAgent(Rollout):
                     self.optimizer.zero_grad()
                 for key, value in mb_stats.items():
                     stats.setdefault(key, []).append(value)
-        mean_kl = float(self.accelerator.gather(targets["kl"].to(self.accelerator.device)).mean())
+        mean_kl = float(self.accelerator.gather(targets["kl"].to(device)).mean())
         self.kl_controller.update(mean_kl, len(batch))
         metrics = {key: float(np.mean(values)) for key, values in stats.items()}
         metrics.update(batch.stats())
@@ -296,11 +350,27 @@ class PPOAgent(Rollout):
         self.engine.sync_weights()
         return metrics
 
+    def update_tensors(self, batch: Trajectories, targets: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """What the loss reads, per episode, padded to (N, T) on the device."""
+        fields = {
+            "tokens": [e.tokens for e in batch],
+            "attention_mask": [torch.ones(e.length, dtype=torch.long) for e in batch],  # 0 where padded
+            "action_mask": [e.action_mask for e in batch],
+            "old_logprobs": [e.logprobs for e in batch],
+            "ref_logprobs": [e.ref_logprobs for e in batch],
+            "old_values": [e.values for e in batch],
+            "advantages": targets["advantages"],
+            "returns": targets["returns"],
+        }
+        if any(e.sampler_logprobs is not None for e in batch):  # an inexact engine: truncated IS
+            fields["is_weights"] = [importance_weights(e, self.config.tis_cap) for e in batch]
+        return {k: pad_batch(v, 0)[0].to(self.accelerator.device) for k, v in fields.items()}
+
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         """The clipped PPO loss on a minibatch (B, T); token-level means over action tokens."""
         cfg, mask = self.config, mb["action_mask"]
         logits, values = self.policy(mb["tokens"], mb["attention_mask"], mask)  # (N, V): action tokens only
-        logp_all, logprobs = action_logprobs(logits, mb["tokens"], mask, cfg.temperature)  # (N, V), (B, T)
+        logp_all, logprobs = action_logprobs(logits, mb["tokens"], mask, cfg.rollout.temperature)  # (N, V), (B, T)
         values = state_values(values)  # (B, T)
         n = mask.sum().clamp(min=1)
 
@@ -393,15 +463,13 @@ class PPOAgent(Rollout):
     ) -> PPOAgent:
         """Collects and updates until ``total_episodes`` episodes have been trained on.
 
-        Callbacks are plain callables ``cb(agent, metrics)`` called after every update, or
-        objects with any of ``on_collect(agent, batch)``, ``on_update(agent, metrics)`` and
-        ``on_checkpoint(agent, path)``; returning ``False`` stops training. Entries an
-        ``on_update`` callback adds to ``metrics`` (an evaluation, say) are logged too. Metrics go to
-        ``log_dir`` (``metrics.csv``, and TensorBoard when installed); checkpoints to
-        ``checkpoint_dir`` every ``config.checkpoint_every`` updates and at the end.
+        ``callbacks`` (``lmgym.agents.callbacks``): plain callables ``cb(agent, metrics)`` called
+        after every update, or objects with any of ``on_collect(agent, batch)``,
+        ``on_update(agent, metrics)`` and ``on_checkpoint(agent, path)``; returning ``False``
+        stops training. Metrics go to ``log_dir`` (``metrics.csv``, and TensorBoard when
+        installed); checkpoints to ``checkpoint_dir`` every ``config.run.checkpoint_every``
+        updates and at the end; ``resume_from`` continues a checkpoint.
         """
-        from tqdm.auto import tqdm
-
         if total_episodes < 1:
             raise ValueError(f"total_episodes must be >= 1, got {total_episodes}")
         callbacks = list(callbacks)
@@ -409,63 +477,36 @@ class PPOAgent(Rollout):
             resumed = self.load_training_state(resume_from, envs)
             if self.accelerator.is_main_process:
                 print(f"resumed from {resumed} (update {self.num_updates}, {self.num_episodes} episodes)")
-        logger = MetricsLogger(log_dir, self.config.to_dict()) if log_dir and self.accelerator.is_main_process else None
-        recorder = self.make_recorder(envs, log_dir, total_episodes)
-        if recorder and self.num_updates == 0:
-            recorder.record(self, envs, None, 0)  # before training: the held-out episodes
-        bar = tqdm(
-            total=total_episodes,
-            initial=min(self.num_episodes, total_episodes),
-            unit="ep",
-            disable=not (progress_bar and self.accelerator.is_main_process),
-        )
+        own = run_callbacks(self, envs, total_episodes, callbacks, log_dir, checkpoint_dir, progress_bar)
         while self.num_episodes < total_episodes:
-            k = self.config.group_size or 1
-            n = max(k, min(self.config.episodes_per_update, total_episodes - self.num_episodes) // k * k)
-            if self.config.anneal_lr:  # CleanRL's schedule, by episodes done
-                for group in self.optimizer.param_groups:
-                    group["lr"] = self.config.learning_rate * (1 - self.num_episodes / total_episodes)
+            self.anneal_learning_rate(total_episodes)
             started = time.perf_counter()
-            batch = self.collect(envs, n)
+            batch = self.collect(envs, self.next_batch_size(total_episodes))
             collect_time = time.perf_counter() - started
-            if _fire(callbacks, "on_collect", self, batch) is False:
+            if fire(callbacks, "on_collect", self, batch) is False:
                 break
             metrics = self.update(batch)
             self.num_episodes += len(batch)
             metrics.update({"time/collect": collect_time, "env/episodes": self.num_episodes})
-            stop = _fire(callbacks, "on_update", self, metrics) is False  # a callback may add metrics
-            if logger:
-                logger.log(metrics, self.num_updates)
-            if recorder and recorder.due(self.num_updates, last=stop or self.num_episodes >= total_episodes):
-                recorder.record(self, envs, batch, self.num_updates)
-            bar.update(len(batch))
-            bar.set_postfix(
-                reward=f"{metrics['env/return']:.3f}",
-                success=f"{metrics['env/success']:.2f}",
-                kl=f"{metrics['objective/kl']:.3f}",
-            )
-            every, done = self.config.checkpoint_every, self.num_episodes >= total_episodes
-            if checkpoint_dir and (stop or done or (every and self.num_updates % every == 0)):
-                path = self.save_checkpoint(checkpoint_dir, envs)
-                _fire(callbacks, "on_checkpoint", self, path)
+            stop = fire(callbacks, "on_update", self, metrics) is False  # a callback may add metrics
+            for cb in own:
+                cb.after_update(self, batch, metrics, last=stop or self.num_episodes >= total_episodes)
             if stop:
                 break
-        bar.close()
-        if logger:
-            logger.close()
+        for cb in own:
+            cb.close()
         return self
 
-    def make_recorder(
-        self, envs: gym.Env | VectorEnv, log_dir: str | os.PathLike | None, total_episodes: int
-    ) -> EpisodeRecorder | None:
-        """The ``EpisodeRecorder`` that keeps episodes for ``lmgym view`` in ``log_dir`` (``None``
-        without a log dir or with ``record_episodes=0``); about ten recorded updates per run."""
-        cfg = self.config
-        if not log_dir or not cfg.record_episodes:
-            return None
-        updates = -(-total_episodes // cfg.episodes_per_update)
-        every = cfg.record_every or max(1, updates // 10)
-        return EpisodeRecorder(log_dir, cfg.record_episodes, every, env_id_of(envs), self.accelerator.is_main_process)
+    def next_batch_size(self, total_episodes: int) -> int:
+        """Episodes of the next update: ``episodes_per_update``, fewer at the end, whole groups."""
+        k = self.config.group_size or 1
+        return max(k, min(self.config.episodes_per_update, total_episodes - self.num_episodes) // k * k)
+
+    def anneal_learning_rate(self, total_episodes: int) -> None:
+        """CleanRL's linear schedule to 0 by episodes done, when ``config.anneal_lr``."""
+        if self.config.anneal_lr:
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.config.learning_rate * (1 - self.num_episodes / total_episodes)
 
     # ---------------------------------------------------------------------- save and load
     def save(
@@ -476,144 +517,30 @@ class PPOAgent(Rollout):
         ``manifest``'s entries, e.g. how the env was wrapped); with ``training_state``, also what
         ``learn(resume_from=...)`` needs. Everything is written aside and renamed into place, so
         ``path`` holds the old save or the new one, never half of one."""
-        self.accelerator.wait_for_everyone()
-        if self.accelerator.is_main_process:
-            with checkpoints.written_aside(Path(path)) as tmp:
-                self._write(tmp, training_state, manifest)
+        persistence.save(self, path, training_state, manifest)
 
     def save_checkpoint(self, checkpoint_dir: str | os.PathLike, envs: gym.Env | VectorEnv | None = None) -> Path:
         """Writes ``checkpoint_dir/update-NNNNNN`` (model, optimizer, counters, RNGs, and a manifest
         written last) and points ``checkpoint_dir/last`` at it; see ``lmgym.agents.checkpoints``."""
-        checkpoint_dir = Path(checkpoint_dir)
-        name = f"update-{self.num_updates:06d}"
-        self.accelerator.wait_for_everyone()
-        if not self.accelerator.is_main_process:
-            return checkpoint_dir / name
-        with checkpoints.written_aside(checkpoint_dir / name) as tmp:
-            self._write(tmp, training_state=True)
-            info = {
-                "num_updates": self.num_updates,
-                "num_episodes": self.num_episodes,
-                "model_signature": checkpoints.model_signature(self.model),
-                "env": self.env_fingerprint(envs),
-            }
-            checkpoints.finish(tmp, info)
-        return checkpoints.publish(checkpoint_dir, name)
-
-    def env_fingerprint(self, envs: gym.Env | VectorEnv | None) -> dict[str, Any]:
-        """What a checkpoint must share with the run that resumes it: the env id and the tokens."""
-        return {"id": env_id_of(envs) if envs is not None else None, "tokens": self.tokens_fingerprint}
-
-    @functools.cached_property
-    def tokens_fingerprint(self) -> str:
-        """SHA-256 of every token's text: decoded once per agent, not at every checkpoint (a
-        49k-token vocabulary takes a noticeable time to decode)."""
-        vocab = [self.tokenizer.decode([i]) for i in range(min(self.tokenizer.vocab_size, 1 << 20))]
-        return hashlib.sha256(json.dumps(vocab).encode("utf-8", "replace")).hexdigest()
-
-    def _write(self, path: Path, training_state: bool = False, manifest: dict[str, Any] | None = None) -> None:
-        self.model.save_pretrained(path)
-        checkpoints.wrote("model")
-        self.tokenizer.save_pretrained(path)  # type: ignore[attr-defined]
-        checkpoints.wrote("tokenizer")
-        policy = self.accelerator.unwrap_model(self.policy)
-        torch.save(policy.value_head.state_dict(), path / "value_head.pt")
-        checkpoints.wrote("value_head.pt")
-        (path / "ppo_config.json").write_text(json.dumps(self.config.to_dict(), indent=2, allow_nan=False))
-        model: Any = self.model
-        base = model.get_base_model().name_or_path if self.is_peft else None
-        info = {
-            "base": base or None,
-            "adapters": self.is_peft,
-            "vocab_size": self.tokenizer.vocab_size,
-            **(manifest or {}),
-        }
-        (path / MANIFEST).write_text(json.dumps(info, indent=2))
-        checkpoints.wrote(MANIFEST)
-        if self.ref_model is not None:
-            self.ref_model.save_pretrained(path / "ref_model")
-            checkpoints.wrote("ref_model")
-        if training_state:
-            state = {
-                "optimizer": self.optimizer.state_dict(),
-                "kl_coef": float(self.kl_controller.value),
-                "num_episodes": self.num_episodes,
-                "num_updates": self.num_updates,
-                "seed_rng": self.seed_rng.bit_generator.state,
-                "torch_rng": torch.get_rng_state(),
-                "numpy_rng": _plain_numpy_state(np.random.get_state()),
-                "python_rng": random.getstate(),
-            }
-            torch.save(state, path / "training_state.pt")
-            checkpoints.wrote("training_state.pt")
+        return persistence.save_checkpoint(self, checkpoint_dir, envs)
 
     @classmethod
     def load(cls, path: str | os.PathLike, config: PPOConfig | None = None) -> PPOAgent:
         """An agent from ``save``: model (base + adapters for LoRA, the base named by the
         manifest), tokenizer, value head, reference model and config."""
-        path = Path(path)
-        if not path.is_dir():
-            raise FileNotFoundError(f"no saved agent at {str(path)!r}")
-        config = config or PPOConfig.from_dict(json.loads((path / "ppo_config.json").read_text()))
-        ref = load_model(path / "ref_model") if (path / "ref_model").is_dir() else None
-        agent = cls(load_model(path), tokenizer=load_tokenizer(path), ref_model=ref, config=config)
-        head = checkpoints.load_state(path / "value_head.pt")
-        agent.accelerator.unwrap_model(agent.policy).value_head.load_state_dict(head)
-        return agent
-
-    def memory_estimate(self) -> dict[str, float]:
-        """Bytes before activations (``lmgym.agents.models.memory_estimate``)."""
-        trainable = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
-        return memory_estimate(self.model, trainable, self.ref_model)
+        return persistence.load(cls, path, config)
 
     def load_training_state(self, path: str | os.PathLike, envs: gym.Env | VectorEnv | None = None) -> Path:
         """Restores weights, optimizer, KL controller, counters and RNGs from a checkpoint that
         ``learn`` wrote (``path``: the checkpoint, ``checkpoints/last``, the checkpoints dir or the
         run dir), after checking that it is complete, undamaged, data only and of this model and
         env (``checkpoints.CheckpointError`` otherwise). Returns the checkpoint it used."""
-        path = checkpoints.resolve(path)
-        manifest = checkpoints.verify(path)
-        checkpoints.check_match(manifest, checkpoints.model_signature(self.model), self.env_fingerprint(envs), path)
-        state = checkpoints.load_state(path / "training_state.pt")
-        head = checkpoints.load_state(path / "value_head.pt")
-        try:
-            saved = load_model(path)
-            self.model.load_state_dict(saved.state_dict())  # adapters: the same PeftModel layout
-            if self.ref_model is not None and (path / "ref_model").is_dir():
-                self.ref_model.load_state_dict(load_model(path / "ref_model").state_dict())
-            self.accelerator.unwrap_model(self.policy).value_head.load_state_dict(head)
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.kl_controller.value = float(state["kl_coef"])
-            self.num_episodes, self.num_updates = int(state["num_episodes"]), int(state["num_updates"])
-            self.seed_rng.bit_generator.state = state["seed_rng"]
-            torch.set_rng_state(state["torch_rng"])
-            np.random.set_state(_numpy_state(state["numpy_rng"]))
-            random.setstate(_python_state(state["python_rng"]))
-        except (KeyError, TypeError, ValueError, RuntimeError, OSError) as e:
-            raise checkpoints.CheckpointError(
-                f"{str(path)!r} does not fit this agent ({type(e).__name__}: {str(e).splitlines()[0]:.150})"
-            ) from e
-        return path
+        return persistence.load_training_state(self, path, envs)
 
-
-def _plain_numpy_state(state: Any) -> list[Any]:
-    """``np.random.get_state()`` as plain values (a checkpoint holds no numpy objects)."""
-    return [
-        state[0],
-        torch.from_numpy(np.asarray(state[1], dtype=np.int64)),
-        int(state[2]),
-        int(state[3]),
-        float(state[4]),
-    ]
-
-
-def _numpy_state(plain: list[Any]) -> tuple:
-    return (str(plain[0]), np.asarray(plain[1], dtype=np.uint32), int(plain[2]), int(plain[3]), float(plain[4]))
-
-
-def _python_state(plain: Any) -> tuple:
-    version, internal, gauss = plain
-    return int(version), tuple(int(x) for x in internal), gauss
+    def memory_estimate(self) -> dict[str, float]:
+        """Bytes before activations (``lmgym.agents.models.memory_estimate``)."""
+        trainable = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
+        return memory_estimate(self.model, trainable, self.ref_model)
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -634,18 +561,6 @@ def importance_weights(episode: Episode, cap: float) -> torch.Tensor:
         return torch.ones(episode.length)
     ratio = (episode.logprobs - episode.sampler_logprobs).exp().clamp(max=cap)
     return torch.where(episode.action_mask, ratio, 1.0)
-
-
-def _fire(callbacks: Iterable[Callback], event: str, *args: Any) -> bool | None:
-    """Calls each callback for ``event``; ``False`` if any of them asks to stop."""
-    stop = False
-    for cb in callbacks:
-        method = getattr(cb, event, None)
-        if method is None and event == "on_update" and callable(cb) and not hasattr(cb, "on_collect"):
-            method = cb
-        if method is not None and method(*args) is False:
-            stop = True
-    return False if stop else None
 
 
 __all__ = ["EVAL_SEED_OFFSET", "PPOAgent", "as_vector_env", "load_model"]  # load_model: lmgym.agents.models

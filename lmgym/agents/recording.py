@@ -21,7 +21,7 @@ from lmgym.agents.policy import token_logprobs
 from lmgym.agents.trajectories import Episode, episode_record, pad_batch
 
 if TYPE_CHECKING:
-    from lmgym.agents.rollout import Rollout
+    from lmgym.agents.ppo import PPOAgent
 
 EPISODES_FILE = "episodes.jsonl"
 
@@ -33,13 +33,13 @@ def append_records(path: str | os.PathLike, records: Sequence[dict[str, Any]]) -
 
 
 @torch.no_grad()
-def current_logprobs(agent: Rollout, episodes: Sequence[Episode]) -> list[torch.Tensor]:
+def current_logprobs(agent: PPOAgent, episodes: Sequence[Episode]) -> list[torch.Tensor]:
     """Log-probs (T,) of each episode's tokens under the agent's policy as it is now."""
 
     tokens, attention = pad_batch([e.tokens for e in episodes], agent.tokenizer.pad_token_id)
     device = agent.accelerator.device
     logits, _ = agent.policy(tokens.to(device), attention.to(device))
-    logprobs = token_logprobs(logits, tokens.to(device), agent.config.temperature).cpu()  # (B, T)
+    logprobs = token_logprobs(logits, tokens.to(device), agent.config.rollout.temperature).cpu()  # (B, T)
     return [logprobs[i, : e.length] for i, e in enumerate(episodes)]
 
 

@@ -1,28 +1,25 @@
 """The rollout: episodes from Gymnasium envs, played through a rollout engine.
 
-``Rollout`` is the half of ``PPOAgent`` that plays episodes (``collect``, ``run_episodes``,
-``generate_turns``, the env contract); ``lmgym.agents.ppo`` holds the algorithm (scoring,
-advantages, the update and its loss, ``learn``), as SB3 splits rollout collection from training.
+``RolloutCollector`` plays episodes: in waves over a vector env (``run_episodes``: reset a
+wave of envs, generate a turn for every env still playing, step them all, until every episode
+of the wave is over), or overlapped (``overlapped_episodes``). It reads the env contract
+(tokenizer, stop strings, turn budget) and leaves scoring to the algorithm. ``PPOAgent`` owns
+one and hands it its ``generate``, so an agent that overrides ``generate`` is what every wave
+calls.
 
-``record_turn`` is what every rollout does with one env's step: the action, its reward and
-info, and the next observation (or the end of the episode, with the final observation of a
-truncated one when it fits the model's context).
-
-``overlapped_episodes`` plays a ``collect``'s episodes in a ``ConcurrentVectorEnv`` with the HF
-engine's decode loop, without waiting for the slowest env: when an env's turn is generated its
+The overlapped rollout plays a ``collect``'s episodes in a ``ConcurrentVectorEnv`` with the HF
+engine's per-row API, without waiting for the slowest env: when an env's turn is generated its
 step (a tool call) starts in the vector env's thread pool and decoding goes on for the other
-envs; when the step returns, its observation is prefilled into that env's KV-cache row and the
-env rejoins the decode batch. An env whose episode is over starts the next one at once, so
-there are no waves (continuous batching over episodes). Each episode samples from its own
-random stream (``engines.uniforms``, keyed by episode and token position), so the episodes are
-the ones the wave-by-wave rollout gives.
+envs; when the step returns, the env's row of the KV cache is fed its observation and it rejoins
+the decode batch. An env whose episode is over starts the next one at once, so there are no
+waves. Each episode samples from its own random stream (``engines.sampling``), so the episodes
+are the ones the wave-by-wave rollout gives.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import TYPE_CHECKING, Any, cast
 
@@ -31,230 +28,49 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
-from lmgym.agents.engines import Generation, HFEngine, _splitmix64, sample
+from lmgym.agents.engines import Engine, Generation, HFEngine, stream_key
 from lmgym.agents.trajectories import Episode, EpisodeBuilder, Trajectories
-from lmgym.core import ends_turn
 from lmgym.tokenizers import as_tokenizer
 from lmgym.vector import ConcurrentVectorEnv
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
-
     from lmgym.agents.config import PPOConfig
-    from lmgym.agents.engines import Engine
     from lmgym.tokenizers import Tokenizer
 
 EVAL_SEED_OFFSET = 2**30
 """Training episodes draw reset seeds below this; held-out evaluation seeds start here."""
 
-
-def record_turn(
-    agent: Rollout,
-    builder: EpisodeBuilder,
-    turn: Generation,
-    action: list[int],
-    reward: float,
-    terminated: bool,
-    truncated: bool,
-    info: dict[str, Any],
-    obs: str,
-    contract: dict[str, Any],
-) -> list[int] | None:
-    """Adds one step to ``builder``; ``obs`` is the next observation (the final one when the
-    episode ended). Returns the observation's ids when the episode goes on, else ``None``."""
-    exact = agent.engine.exact and bool(turn.tokens)
-    builder.add_action(
-        action,
-        float(reward),
-        info,
-        logprobs=turn.logprobs if exact else None,
-        values=turn.values if exact else None,
-        sampler_logprobs=None if exact or not turn.tokens else turn.logprobs,
-    )
-    limit = agent.max_context_tokens
-    if terminated or truncated:
-        builder.terminated, builder.truncated = bool(terminated), bool(truncated and not terminated)
-        if builder.truncated:  # the bootstrap state sees the final observation, if it fits
-            final = agent.tokenizer.encode(obs)
-            if len(builder.tokens) + len(final) <= limit:
-                builder.add_observation(final)
-        return None
-    ids = agent.tokenizer.encode(obs)
-    if len(builder.tokens) + len(ids) + contract["max_new_tokens"] > limit:  # the next turn would not fit
-        builder.truncated = True
-        builder.add_observation(ids[: max(0, limit - len(builder.tokens))])
-        return None
-    builder.add_observation(ids)
-    return ids
+Generate = Callable[..., Sequence[Sequence[int]]]
+"""``generate(contexts, stop_strings, max_new_tokens, keys=None, **generation_kwargs)``: one
+turn per context, as ``Generation``s (with the sampler's log-probs) or plain lists of ids."""
 
 
-def overlapped_episodes(
-    agent: Rollout,
-    vec: ConcurrentVectorEnv,
-    seeds: list[int],
-    keys: list[int],
-    contract: dict[str, Any],
-    group_size: int = 1,
-) -> list[Episode]:
-    """Plays one episode per seed (episode j: ``seeds[j]``, group ``j // group_size``, sampling
-    stream ``keys[j]``) in ``vec``'s sub-envs, without waves: each env's reset and steps run in
-    ``vec``'s thread pool as soon as they can, an env that ends its episode starts the next one,
-    and the engine decodes for every env that is ready. Returns the episodes in seed order."""
-    engine = agent.engine
-    assert isinstance(engine, HFEngine)
-    tok, budget, limit = agent.tokenizer, contract["max_new_tokens"], agent.max_context_tokens
-    stops = contract["stop_strings"]
-    kwargs = {**agent.config.sampling_kwargs, **contract.get("generation_kwargs", {})}
-    envs = [cast(gym.Wrapper, env).env for env in vec.envs]  # past ConcurrentVectorEnv's Prefetched
-    n = len(envs)
-    todo = deque(range(len(seeds)))  # episodes not started
-    playing: list[int | None] = [None] * n  # the episode each row (env) plays
-    builders: dict[int, EpisodeBuilder] = {}
-    turns: dict[int, Generation] = {}  # the rows decoding
-    pending: dict[Future, tuple[int, Generation | None]] = {}  # rows in a reset (None) or a step
-    ready: dict[int, list[int]] = {}  # the rows whose reset or step returned: the tokens they rejoin with
+class RolloutCollector:
+    """Plays episodes from Gymnasium envs through a rollout engine.
 
-    def start(row: int) -> None:
-        if todo:
-            j = playing[row] = todo.popleft()
-            pending[vec.pool.submit(envs[row].reset, seed=seeds[j])] = (row, None)
-        else:
-            playing[row] = None
-
-    for row in range(n):
-        start(row)
-    engine.reset(n)
-    logits = hidden = torch.zeros(0)
-    with engine.decoding() as policy:
-        while turns or pending or ready:
-            feeds: list[list[int]] = [[] for _ in range(n)]
-            if turns:
-                rows = sorted(turns)
-                positions = [len(builders[cast(int, playing[r])].tokens) + len(turns[r].tokens) for r in rows]
-                picks = sample(logits[rows], kwargs, [keys[cast(int, playing[r])] for r in rows], positions)
-                values = policy.value_head(hidden[rows].float()).squeeze(-1).tolist()
-                for r, t, logprob, value in zip(rows, *picks, values):
-                    g = turns[r]
-                    g.add(t, logprob, value)
-                    if ends_turn(g.tokens, tok, stops) or len(g.tokens) >= budget:
-                        del turns[r]
-                        pending[vec.pool.submit(envs[r].step, np.array(g.tokens, dtype=np.int64))] = (r, g)
-                    else:
-                        feeds[r] = [t]
-            if pending and not any(feeds) and not ready:  # nothing to decode: wait for an env
-                wait(pending, return_when=FIRST_COMPLETED)
-            for future in [f for f in pending if f.done()]:
-                r, turn = pending.pop(future)
-                j = cast(int, playing[r])
-                if turn is None:  # a reset: a new episode in this row, its old keys/values masked out
-                    obs, _ = future.result()
-                    b = builders[j] = EpisodeBuilder(tok.encode(obs) or [tok.eos_token_id], seeds[j], j // group_size)
-                    check_prompt(b, budget, limit)
-                    engine.forget(r)
-                    ready[r] = list(b.tokens)
-                    continue
-                obs, reward, terminated, truncated, info = future.result()
-                args = (turn.tokens, reward, terminated, truncated, plain_info(info), obs, contract)
-                ids = record_turn(agent, builders[j], turn, *args)
-                if ids is None:
-                    start(r)
-                else:  # rejoin with the turn's last token (never fed) and the observation
-                    ready[r] = [turn.tokens[-1], *ids]
-            if ready and len(ready) >= sum(map(bool, feeds)):  # together: a prefill pads every row to its width
-                for r, ids in ready.items():
-                    feeds[r] = ids
-                    turns[r] = Generation([], [], [])
-                ready.clear()
-            if not any(feeds):
-                continue
-            if engine.mask.shape[1] > 2 * max(len(c) + len(f) for c, f in zip(engine.cached, feeds)) + 256:
-                contexts = [c + f for c, f in zip(engine.cached, feeds)]  # compact: drop the masked slots
-                engine.reset(n)
-                feeds = contexts
-            logits, hidden = engine.feed(policy.model, feeds)
-    return [builders[j].build() for j in range(len(seeds))]
-
-
-def check_prompt(builder: EpisodeBuilder, budget: int, limit: int) -> None:
-    if len(builder.tokens) + budget > limit:
-        raise ValueError(
-            f"a prompt of {len(builder.tokens)} tokens plus a turn of {budget} does not fit the "
-            f"model's context of {limit} tokens (seed {builder.seed})"
-        )
-
-
-def episode_key(base: int, j: int) -> int:
-    """The sampling stream of the ``j``-th episode of a ``collect`` (``base`` drawn once per call)."""
-    return _splitmix64(base + j)
-
-
-def plain_info(info: dict[str, Any]) -> dict[str, Any]:
-    """A sub-env's info as a vector env's info reads back for it (numpy scalars as Python's)."""
-    return {
-        k: plain_info(v) if isinstance(v, dict) else v.item() if isinstance(v, np.generic) else v
-        for k, v in info.items()
-    }
-
-
-__all__ = ["check_prompt", "episode_key", "overlapped_episodes", "plain_info", "record_turn"]
-
-
-class Rollout:
-    """The rollout half of ``PPOAgent``: episodes from Gymnasium envs through the rollout engine.
-
-    ``collect`` plays episodes (in waves over a vector env, ``run_episodes``, or overlapped,
-    ``overlapped_episodes``), reads the env contract (tokenizer, stop strings, turn budget),
-    and leaves scoring to the algorithm (``score``). Each stage is a method to override.
+    Args:
+        engine: the rollout engine (``lmgym.agents.engines.Engine``).
+        tokenizer: the agent's tokenizer (the env's must match it).
+        config: the agent's ``PPOConfig`` (its ``rollout`` group and ``group_size``).
+        max_context_tokens: the longest episode context (the model's positions).
+        generate: what generates a turn for a batch of contexts (default: the engine's
+            ``generate``); ``PPOAgent`` passes its own ``generate`` method.
+        rank: the process's rank: training seeds differ by rank.
     """
 
-    config: PPOConfig
-    tokenizer: Tokenizer
-    engine: Engine
-    seed_rng: np.random.Generator
-    accelerator: Any
-    policy: Any
-
-    def score(self, episodes: Iterable[Episode]) -> None:
-        """Old log-probs, values and reference log-probs for ``collect``'s episodes (the algorithm's)."""
-        raise NotImplementedError
-
-    @property
-    def model(self) -> PreTrainedModel:
-        """The causal LM being trained (unwrapped from accelerate)."""
-        return self.accelerator.unwrap_model(self.policy).model
-
-    @property
-    def max_context_tokens(self) -> int:
-        limit = self.config.max_context_tokens or getattr(self.model.config, "max_position_embeddings", None)
-        return int(limit or 2048)
-
-    # ------------------------------------------------------------------------------ generate
-    def generate_turns(
+    def __init__(
         self,
-        contexts: list[list[int]],
-        stop_strings: Sequence[str],
-        max_new_tokens: int,
-        keys: Sequence[int] | None = None,
-        **generation_kwargs: Any,
-    ) -> list[Generation]:
-        """One turn for each context through the rollout engine (``config.engine``): the sampled
-        ids, each turn ended by EOS, a stop string or ``max_new_tokens``, with the sampler's
-        log-probs (and values, from the HF engine). ``config.generation_kwargs`` apply, and
-        ``generation_kwargs`` override them for this call. ``keys`` (one per context: ``collect``
-        gives one per episode) make the HF engine sample each row from its own random stream."""
-        if type(self).generate is not Rollout.generate:  # a subclass's own generate wins
-            return [
-                Generation(ids) for ids in self.generate(contexts, stop_strings, max_new_tokens, **generation_kwargs)
-            ]
-        if keys is not None and "keys" in inspect.signature(self.engine.generate).parameters:
-            generation_kwargs = {**generation_kwargs, "keys": keys}  # an engine written without keys gets none
-        return self.engine.generate(contexts, stop_strings, max_new_tokens, **generation_kwargs)
-
-    def generate(
-        self, contexts: list[list[int]], stop_strings: Sequence[str], max_new_tokens: int, **generation_kwargs: Any
-    ) -> list[list[int]]:
-        """One turn for each context: the sampled action ids (see ``generate_turns``)."""
-        return [g.tokens for g in self.engine.generate(contexts, stop_strings, max_new_tokens, **generation_kwargs)]
+        engine: Engine,
+        tokenizer: Tokenizer,
+        config: PPOConfig,
+        max_context_tokens: int = 2048,
+        generate: Generate | None = None,
+        rank: int = 0,
+    ):
+        self.engine, self.tokenizer, self.config = engine, tokenizer, config
+        self.max_context_tokens = int(config.rollout.max_context_tokens or max_context_tokens)
+        self.generate = generate or (lambda *args, **kwargs: self.engine.generate(*args, **kwargs))
+        self.seed_rng = np.random.default_rng([config.seed, rank])
 
     # ------------------------------------------------------------------------------- collect
     def collect(
@@ -264,52 +80,33 @@ class Rollout:
         group_size: int | None = None,
         seeds: Sequence[int] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
-        score: bool = True,
     ) -> Trajectories:
-        """Runs ``num_episodes`` episodes and returns them, scored (old and reference log-probs,
-        values).
-
-        Args:
-            envs: a Gymnasium ``VectorEnv`` (either autoreset mode), or a single env.
-            num_episodes: how many episodes.
-            group_size: episodes per task: each group of k envs is reset with the same seed
-                (defaults to ``config.group_size``); ``num_envs`` must be a multiple of it.
-            seeds: explicit reset seeds, one per task (e.g. held-out evaluation seeds).
-            generation_kwargs: overrides of ``config.generation_kwargs`` for these episodes
-                (``{"do_sample": False}`` for greedy evaluation).
-            score: compute log-probs and values (``update`` needs them; evaluation does not).
-        """
+        """Runs ``num_episodes`` episodes and returns them, unscored (see ``PPOAgent.collect``)."""
         vec = as_vector_env(envs)
-        contract = self.env_contract(vec)
-        contract["generation_kwargs"] = dict(generation_kwargs or {})
+        contract = self.env_contract(vec, generation_kwargs)
         k = group_size or self.config.group_size or 1
         if vec.num_envs % k or num_episodes % k:
             raise ValueError(f"group_size {k} must divide num_envs ({vec.num_envs}) and num_episodes ({num_episodes})")
         task_seeds = list(seeds) if seeds is not None else self.next_seeds(num_episodes // k)
         if len(task_seeds) * k < num_episodes:
             raise ValueError(f"{len(task_seeds)} seeds for {num_episodes} episodes in groups of {k}")
-        base_key = int(torch.randint(0, 2**62, (1,)))  # episode j samples from stream episode_key(base_key, j)
+        base_key = int(torch.randint(0, 2**62, (1,)))  # episode j samples from stream stream_key(base_key, j)
+        episode_seeds = [s for s in task_seeds[: num_episodes // k] for _ in range(k)]
+        keys = [stream_key(base_key, j) for j in range(num_episodes)]
         if self.overlaps(vec, contract):
-            episode_seeds = [s for s in task_seeds[: num_episodes // k] for _ in range(k)]
-            keys = [episode_key(base_key, j) for j in range(num_episodes)]
-            episodes = overlapped_episodes(self, cast(ConcurrentVectorEnv, vec), episode_seeds, keys, contract, k)
+            episodes = self.overlapped_episodes(cast(ConcurrentVectorEnv, vec), episode_seeds, keys, contract, k)
         else:
             episodes = []
         while len(episodes) < num_episodes:
-            wave = min(vec.num_envs, num_episodes - len(episodes)) // k
-            first_group = len(episodes) // k
-            wave_seeds = [s for s in task_seeds[first_group : first_group + wave] for _ in range(k)]
-            keys = [episode_key(base_key, len(episodes) + i) for i in range(len(wave_seeds))]
-            episodes += self.run_episodes(vec, wave_seeds, contract, k, first_group, keys)
-        if score:
-            self.score(episodes)
+            wave = slice(len(episodes), len(episodes) + min(vec.num_envs, num_episodes - len(episodes)))
+            episodes += self.run_episodes(vec, episode_seeds[wave], contract, k, len(episodes) // k, keys[wave])
         return Trajectories(episodes, self.tokenizer)
 
     def next_seeds(self, n: int) -> list[int]:
         """Fresh training seeds (below ``EVAL_SEED_OFFSET``), reproducible from ``config.seed``."""
         return [int(s) for s in self.seed_rng.integers(0, EVAL_SEED_OFFSET, size=n)]
 
-    def env_contract(self, vec: VectorEnv) -> dict[str, Any]:
+    def env_contract(self, vec: VectorEnv, generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
         """Reads the env's tokenizer, stop strings and turn budget, and checks the tokenizer."""
         env_tok = as_tokenizer(_attr(vec, "tokenizer"))
         mine = self.tokenizer
@@ -321,16 +118,17 @@ class Rollout:
             )
         space = vec.single_action_space
         max_tokens = int(_attr(vec, "max_action_tokens", getattr(space, "max_length", 64)))
-        if self.config.max_new_tokens is not None and self.config.max_new_tokens > max_tokens:
-            raise ValueError(
-                f"max_new_tokens={self.config.max_new_tokens} is more than the env's max_action_tokens={max_tokens}"
-            )
+        budget = self.config.rollout.max_new_tokens
+        if budget is not None and budget > max_tokens:
+            raise ValueError(f"max_new_tokens={budget} is more than the env's max_action_tokens={max_tokens}")
         return {
             "stop_strings": tuple(_attr(vec, "stop_strings", ())),
-            "max_new_tokens": int(self.config.max_new_tokens or max_tokens),
+            "max_new_tokens": int(budget or max_tokens),
             "autoreset": vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP),
+            "generation_kwargs": dict(generation_kwargs or {}),
         }
 
+    # ---------------------------------------------------------------------------------- waves
     def run_episodes(
         self,
         vec: VectorEnv,
@@ -344,59 +142,165 @@ class Rollout:
         for one episode, generating in a batch over the envs still playing. Envs whose episode
         is over get a one-token EOS action and their transitions are ignored. ``keys``: each
         episode's sampling stream (drawn from torch's RNG when not given)."""
-        n, k = vec.num_envs, group_size
+        n, k, tok = vec.num_envs, group_size, self.tokenizer
         obs, _ = vec.reset(seed=cast(Any, seeds + [None] * (n - len(seeds))))  # one seed per sub-env
         builders = [
-            EpisodeBuilder(
-                self.tokenizer.encode(obs[i]) or [self.tokenizer.eos_token_id], seeds[i], first_group + i // k
-            )
+            EpisodeBuilder(tok.encode(obs[i]) or [tok.eos_token_id], seeds[i], first_group + i // k)
             for i in range(len(seeds))
         ]
         live = list(range(len(seeds)))
-        idle = np.array([self.tokenizer.eos_token_id], dtype=np.int64)
-        budget, limit = contract["max_new_tokens"], self.max_context_tokens
+        idle = np.array([tok.eos_token_id], dtype=np.int64)
         for b in builders:
-            check_prompt(b, budget, limit)
+            self.check_prompt(b, contract["max_new_tokens"])
         keys = keys or torch.randint(0, 2**62, (len(seeds),)).tolist()
         self.engine.reset()  # a new wave: no cached keys/values carry over
+        same_step = contract["autoreset"] == AutoresetMode.SAME_STEP
         while live:
-            turns = self.generate_turns(
-                [builders[i].tokens for i in live],
-                contract["stop_strings"],
-                budget,
-                [keys[i] for i in live],
-                **contract.get("generation_kwargs", {}),
-            )
+            turns = self.turns([builders[i].tokens for i in live], [keys[i] for i in live], contract)
             batch = [idle] * n
             for i, turn in zip(live, turns):
-                batch[i] = np.array(turn.tokens or [self.tokenizer.eos_token_id], dtype=np.int64)
+                batch[i] = np.array(turn.tokens or [tok.eos_token_id], dtype=np.int64)
             obs, rewards, terminated, truncated, infos = vec.step(tuple(batch))
-            same_step = contract["autoreset"] == AutoresetMode.SAME_STEP
             for i, turn in zip(list(live), turns):
                 ended = bool(terminated[i] or truncated[i])
                 final = infos["final_obs"][i] if ended and same_step else obs[i]
                 info = step_info(infos, i, ended and same_step)
-                args = (batch[i].tolist(), rewards[i], terminated[i], truncated[i], info, final, contract)
-                if record_turn(self, builders[i], turn, *args) is None:
+                args = (rewards[i], terminated[i], truncated[i], info, final, contract)
+                if self.record_turn(builders[i], turn, batch[i].tolist(), *args) is None:
                     live.remove(i)
         return [b.build() for b in builders]
 
+    def turns(self, contexts: list[list[int]], keys: list[int], contract: dict[str, Any]) -> list[Generation]:
+        """One turn per context through ``generate``, as ``Generation``s."""
+        stops, budget = contract["stop_strings"], contract["max_new_tokens"]
+        out = self.generate(contexts, stops, budget, keys=keys, **contract["generation_kwargs"])
+        return [g if isinstance(g, Generation) else Generation(g) for g in out]
+
+    def record_turn(
+        self,
+        builder: EpisodeBuilder,
+        turn: Generation,
+        action: list[int],
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        info: dict[str, Any],
+        obs: str,
+        contract: dict[str, Any],
+    ) -> list[int] | None:
+        """Adds one step to ``builder``; ``obs`` is the next observation (the final one when the
+        episode ended). Returns the observation's ids when the episode goes on, else ``None``."""
+        exact = self.engine.exact and bool(turn.tokens) and turn.logprobs is not None
+        builder.add_action(
+            action,
+            float(reward),
+            info,
+            logprobs=turn.logprobs if exact else None,
+            values=turn.values if exact else None,
+            sampler_logprobs=turn.logprobs if not exact and turn.tokens else None,
+        )
+        limit = self.max_context_tokens
+        if terminated or truncated:
+            builder.terminated, builder.truncated = bool(terminated), bool(truncated and not terminated)
+            if builder.truncated:  # the bootstrap state sees the final observation, if it fits
+                final = self.tokenizer.encode(obs)
+                if len(builder.tokens) + len(final) <= limit:
+                    builder.add_observation(final)
+            return None
+        ids = self.tokenizer.encode(obs)
+        if len(builder.tokens) + len(ids) + contract["max_new_tokens"] > limit:  # the next turn would not fit
+            builder.truncated = True
+            builder.add_observation(ids[: max(0, limit - len(builder.tokens))])
+            return None
+        builder.add_observation(ids)
+        return ids
+
+    def check_prompt(self, builder: EpisodeBuilder, budget: int) -> None:
+        if len(builder.tokens) + budget > self.max_context_tokens:
+            raise ValueError(
+                f"a prompt of {len(builder.tokens)} tokens plus a turn of {budget} does not fit the "
+                f"model's context of {self.max_context_tokens} tokens (seed {builder.seed})"
+            )
+
+    # ----------------------------------------------------------------------------- overlapped
     def overlaps(self, vec: VectorEnv, contract: dict[str, Any]) -> bool:
-        """Whether ``collect`` overlaps generation with env steps here: ``config.overlap_rollout``,
-        a ``ConcurrentVectorEnv``, and the HF engine's own decode loop (lean generation kwargs,
-        no ``generate``/``generate_turns`` override)."""
-        kwargs = {**self.config.sampling_kwargs, **contract.get("generation_kwargs", {})}
+        """Whether ``collect`` overlaps generation with env steps here: ``config.rollout.overlap``,
+        a ``ConcurrentVectorEnv``, and the HF engine's own decode loop (lean generation kwargs)."""
+        kwargs = {**self.config.rollout.sampling_kwargs, **contract["generation_kwargs"]}
         return (
-            self.config.overlap_rollout
+            self.config.rollout.overlap
             and isinstance(vec, ConcurrentVectorEnv)
             and isinstance(self.engine, HFEngine)
             and HFEngine.lean(kwargs)
-            and type(self).generate is Rollout.generate
-            and type(self).generate_turns is Rollout.generate_turns
         )
+
+    def overlapped_episodes(
+        self, vec: ConcurrentVectorEnv, seeds: list[int], keys: list[int], contract: dict[str, Any], group_size: int = 1
+    ) -> list[Episode]:
+        """Plays one episode per seed (episode j: ``seeds[j]``, group ``j // group_size``, sampling
+        stream ``keys[j]``) in ``vec``'s sub-envs, without waves: each env's reset and steps run in
+        ``vec``'s thread pool as soon as they can, an env that ends its episode starts the next one,
+        and the engine decodes for every env that is ready. Returns the episodes in seed order."""
+        engine = cast(HFEngine, self.engine)
+        tok, budget, stops = self.tokenizer, contract["max_new_tokens"], contract["stop_strings"]
+        kwargs = {**self.config.rollout.sampling_kwargs, **contract["generation_kwargs"]}
+        envs = [cast(gym.Wrapper, env).env for env in vec.envs]  # past ConcurrentVectorEnv's Prefetched
+        todo = deque(range(len(seeds)))  # episodes not started
+        playing: list[int] = [-1] * len(envs)  # the episode each row (env) plays
+        builders: dict[int, EpisodeBuilder] = {}
+        pending: dict[Future, tuple[int, Generation | None]] = {}  # rows in a reset (None) or a step
+        ready: dict[int, list[int]] = {}  # rows whose reset or step returned: the tokens they rejoin with
+
+        def start(row: int) -> None:
+            if todo:
+                j = playing[row] = todo.popleft()
+                pending[vec.pool.submit(envs[row].reset, seed=seeds[j])] = (row, None)
+
+        for row in range(len(envs)):
+            start(row)
+        engine.reset(len(envs))
+        with engine.decoding():
+            while engine.turns or pending or ready:
+                for r, done in engine.step(kwargs, stops, budget).items():
+                    pending[vec.pool.submit(envs[r].step, np.array(done.tokens, dtype=np.int64))] = (r, done)
+                if pending and not engine.turns and not ready:  # nothing to decode: wait for an env
+                    wait(pending, return_when=FIRST_COMPLETED)
+                for future in [f for f in pending if f.done()]:
+                    r, turn = pending.pop(future)
+                    j = playing[r]
+                    if turn is None:  # a reset: a new episode in this row, its old keys/values masked out
+                        obs, _ = future.result()
+                        b = builders[j] = EpisodeBuilder(
+                            tok.encode(obs) or [tok.eos_token_id], seeds[j], j // group_size
+                        )
+                        self.check_prompt(b, budget)
+                        engine.forget(r)
+                        ready[r] = list(b.tokens)
+                        continue
+                    obs, reward, terminated, truncated, info = future.result()
+                    args = (reward, terminated, truncated, plain_info(info), obs, contract)
+                    ids = self.record_turn(builders[j], turn, list(turn.tokens), *args)
+                    if ids is None:
+                        start(r)
+                    else:  # rejoin with the turn's last token (never fed) and the observation
+                        ready[r] = [turn.tokens[-1], *ids]
+                if ready and len(ready) >= len(engine.turns):  # together: a prefill pads every row to its width
+                    for r, ids in ready.items():
+                        engine.begin(r, ids, keys[playing[r]])
+                    ready.clear()
+                engine.flush()
+        return [builders[j].build() for j in range(len(seeds))]
 
 
 # ------------------------------------------------------------------------------------ helpers
+def plain_info(info: dict[str, Any]) -> dict[str, Any]:
+    """A sub-env's info as a vector env's info reads back for it (numpy scalars as Python's)."""
+    return {
+        k: plain_info(v) if isinstance(v, dict) else v.item() if isinstance(v, np.generic) else v
+        for k, v in info.items()
+    }
+
+
 def as_vector_env(envs: gym.Env | VectorEnv) -> VectorEnv:
     """A vector env as is; a single env wrapped in a one-env ``SyncVectorEnv`` (SAME_STEP)."""
     if isinstance(envs, VectorEnv):
@@ -452,3 +356,6 @@ def step_info(infos: dict[str, Any], i: int, autoreset_same_step: bool) -> dict[
 
 def _plain(x: Any) -> Any:
     return x.item() if isinstance(x, np.generic) else x
+
+
+__all__ = ["EVAL_SEED_OFFSET", "RolloutCollector", "as_vector_env", "env_id_of", "plain_info"]

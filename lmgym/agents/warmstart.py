@@ -22,10 +22,10 @@ import numpy as np
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedModel
 
-from lmgym.agents.checkpoints import cache_dir, find_damaged, written_aside
 from lmgym.agents.models import adamw
 from lmgym.agents.policy import token_logprobs
 from lmgym.agents.trajectories import Episode, EpisodeBuilder, pad_batch
+from lmgym.storage import cache_dir, find_damaged, written_aside
 from lmgym.tokenizers import ByteTokenizer, Tokenizer
 
 

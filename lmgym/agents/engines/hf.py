@@ -1,0 +1,268 @@
+"""The HF engine: the trained model itself, in a lean decode loop with a KV cache kept across turns.
+
+The cache has one row per episode being played. Its per-row API is what both rollouts drive:
+``begin(row, tokens, key)`` queues the tokens a row must still feed (a prompt, or an env's
+observation) and starts a turn there; ``flush()`` runs one forward over every row that queued
+something; ``step(...)`` samples one token in every row whose turn is going on, ends the turns
+that end, and queues the others' new tokens; ``forget(row)`` empties a row for its next episode.
+``generate`` (the ``Engine`` protocol) plays a batch of contexts with it, reusing the cached
+rows that a context extends, so an episode's later turns prefill only the env's new tokens: an
+episode costs O(total tokens), not O(turns x history). The overlapped rollout
+(``lmgym.agents.rollout``) drives the same rows as envs come and go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
+
+import torch
+
+from lmgym.agents.engines.base import EnginePolicy, Generation
+from lmgym.agents.engines.sampling import sample
+from lmgym.agents.generation import StopOnStrings, cut_action
+from lmgym.core import ends_turn
+
+LEAN_KWARGS = frozenset({"do_sample", "temperature", "top_k", "top_p"})
+"""Generation kwargs the HF engine's own decode loop handles; any other goes to ``model.generate``."""
+
+
+class HFEngine:
+    """The trained model as its own rollout engine, with a KV cache kept across turns.
+
+    Args:
+        policy: the policy (LM and value head) that generates.
+        reuse_cache: keep the KV cache across calls (``PPOConfig.engine.reuse_kv_cache``);
+            ``False`` prefills every context from scratch (the reference path, same results).
+    """
+
+    exact = True
+
+    def __init__(self, policy: EnginePolicy, reuse_cache: bool = True):
+        self.policy, self.reuse_cache = policy, reuse_cache
+        self.reset()
+
+    # ------------------------------------------------------------------------ the per-row API
+    def reset(self, rows: int = 0) -> None:
+        """Drops the cache; ``rows`` empty rows to ``begin`` turns in."""
+        self.cache: Any = None
+        self.cached: list[list[int]] = [[] for _ in range(rows)]  # per row: the tokens whose keys/values it holds
+        self.mask = torch.zeros(rows, 0, dtype=torch.long)  # (B, W) 1 where a cache slot is a real token
+        self.queued: dict[int, list[int]] = {}  # per row: tokens to feed at the next flush
+        self.turns: dict[int, Generation] = {}  # the rows whose turn is going on
+        self.keys: dict[int, int | None] = {}  # each row's sampling stream
+        self.logits = self.hidden = torch.zeros(0)  # (B, V), (B, H) after the last flush
+
+    def forget(self, row: int) -> None:
+        """Empties one row: its keys/values stay in the cache, masked out, until a compaction."""
+        self.mask[row] = 0
+        self.cached[row] = []
+
+    def begin(self, row: int, tokens: Sequence[int], key: int | None = None) -> None:
+        """Queues ``tokens`` (what ``row`` has not fed yet) and starts a turn in ``row``, sampled
+        from the stream ``key`` (torch's RNG when no row has a key)."""
+        self.queued[row] = [*self.queued.get(row, []), *tokens]
+        self.turns[row] = Generation([], [], [])
+        self.keys[row] = key
+
+    def step(self, kwargs: dict[str, Any], stop_strings: Sequence[str], max_new_tokens: int) -> dict[int, Generation]:
+        """Samples the next token of every turn going on (from the last ``flush``), with its
+        log-prob and the value before it; returns the turns that ended (EOS, a stop string, the
+        budget) by row, and queues the others' tokens for the next ``flush``. A turn's last token
+        is not fed: the next turn's ``begin`` feeds it with the observation."""
+        rows = sorted(self.turns)
+        if not rows:
+            return {}
+        keys = [self.keys[r] for r in rows]
+        positions = [len(self.cached[r]) for r in rows]
+        tokens, logprobs = sample(self.logits[rows], kwargs, None if None in keys else cast(Any, keys), positions)
+        values = self.policy.module.value_head(self.hidden[rows].float()).squeeze(-1).tolist()  # V before each
+        ended = {}
+        for r, t, logprob, value in zip(rows, tokens, logprobs, values):
+            turn = self.turns[r]
+            turn.add(t, logprob, value)
+            if ends_turn(turn, self.policy.tokenizer, stop_strings) or len(turn) >= max_new_tokens:
+                ended[r] = self.turns.pop(r)
+            else:
+                self.queued[r] = [t]
+        return ended
+
+    def flush(self) -> None:
+        """One forward over every cache row, feeding what each queued (left-padded within the
+        segment; a row with nothing queued feeds nothing). Rows masked out by ``forget`` are
+        dropped from the cache first once they make it more than twice as wide as it needs."""
+        if not self.queued:
+            return
+        feeds = [self.queued.pop(r, []) for r in range(len(self.cached))]
+        if self.mask.shape[1] > 2 * max(len(c) + len(f) for c, f in zip(self.cached, feeds)) + 256:
+            feeds = [c + f for c, f in zip(self.cached, feeds)]  # compact: refeed only the real tokens
+            self.cache, self.cached = None, [[] for _ in feeds]
+            self.mask = torch.zeros(len(feeds), 0, dtype=torch.long)
+        width = max([1, *map(len, feeds)])
+        segment = torch.full((len(feeds), width), self.policy.tokenizer.pad_token_id, dtype=torch.long)
+        seg_mask = torch.zeros_like(segment)
+        for i, s in enumerate(feeds):
+            if s:
+                segment[i, width - len(s) :] = torch.tensor(s)
+                seg_mask[i, width - len(s) :] = 1
+                self.cached[i] = self.cached[i] + s
+        self.logits, self.hidden = self.forward(segment, seg_mask)
+
+    @contextlib.contextmanager
+    def decoding(self) -> Iterator[None]:
+        """The policy in eval mode, without gradients, for a decode loop."""
+        model = self.policy.model
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                yield
+        finally:
+            model.train(was_training)
+
+    # ------------------------------------------------------------------------ the Engine protocol
+    def generate(
+        self,
+        contexts: list[list[int]],
+        stop_strings: Sequence[str],
+        max_new_tokens: int,
+        keys: Sequence[int] | None = None,
+        **generation_kwargs: Any,
+    ) -> list[Generation]:
+        """One turn per context. ``keys`` (one int per context, e.g. per episode) make each row
+        sample from its own random stream (``sampling.uniforms``), so what a row samples does not
+        depend on the other rows of the batch; without them the lean loop samples from torch's
+        global RNG. ``model.generate`` (other kwargs) always uses the global RNG."""
+        kwargs = {**self.policy.sampling_kwargs, **generation_kwargs}
+        if not self.lean(kwargs):
+            self.reset()
+            return [Generation(t) for t in hf_generate(self.policy, contexts, stop_strings, max_new_tokens, kwargs)]
+        ended: dict[int, Generation] = {}
+        with self.decoding():
+            self.prefill(contexts, keys)
+            while self.turns:
+                self.flush()
+                ended.update(self.step(kwargs, stop_strings, max_new_tokens))
+        return [ended[i] for i in range(len(contexts))]
+
+    def sync_weights(self) -> None:
+        self.reset()  # the same weights generate; only cached keys/values are stale
+
+    def close(self) -> None:
+        self.reset()
+
+    @staticmethod
+    def lean(kwargs: dict[str, Any]) -> bool:
+        """Whether the engine's own decode loop handles these generation kwargs."""
+        return not set(kwargs) - LEAN_KWARGS
+
+    # ------------------------------------------------------------------------ internals
+    def prefill(self, contexts: list[list[int]], keys: Sequence[int] | None) -> None:
+        """Begins a turn for context i in row i, queuing what the cache lacks of it: the cache
+        is continued when every context extends a cached row (rows reordered to match)."""
+        rows = self.match(contexts) if self.reuse_cache else None
+        if rows is None:
+            self.reset(len(contexts))
+        else:
+            if rows != list(range(len(self.cached))):
+                self.cache.batch_select_indices(torch.tensor(rows, device=self.policy.device))
+                self.mask = self.mask[rows]
+            self.cached = [self.cached[r] for r in rows]
+            self.queued, self.turns, self.keys = {}, {}, {}
+        for i, ctx in enumerate(contexts):
+            self.begin(i, ctx[len(self.cached[i]) :], None if keys is None else int(keys[i]))
+
+    def match(self, contexts: list[list[int]]) -> list[int] | None:
+        """For each context, the cache row it extends; ``None`` unless all of them extend one."""
+        if self.cache is None:
+            return None
+        rows, taken = [], set()
+        for ctx in contexts:
+            row = next(
+                (
+                    r
+                    for r, cached in enumerate(self.cached)
+                    if r not in taken and len(cached) < len(ctx) and ctx[: len(cached)] == cached
+                ),
+                None,
+            )
+            if row is None:
+                return None
+            rows.append(row)
+            taken.add(row)
+        return rows
+
+    def forward(self, tokens: torch.Tensor, seg_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model on one segment (B, n) after the cache; each row's last logits and hidden state."""
+        from transformers import DynamicCache
+
+        model, device = self.policy.model, self.policy.device
+        if self.cache is None:
+            self.cache = DynamicCache(config=model.config)
+        before = self.mask.sum(-1, keepdim=True)  # (B, 1) real tokens already cached
+        positions = (before + seg_mask.cumsum(-1) - 1).clamp(min=0)  # (B, n) positions of real tokens
+        self.mask = torch.cat([self.mask, seg_mask], dim=1)  # (B, W + n)
+        out = model(
+            input_ids=tokens.to(device),
+            attention_mask=self.mask.to(device),
+            position_ids=positions.to(device),
+            **{cache_argument(model): self.cache},
+            use_cache=True,
+            output_hidden_states=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1], out.hidden_states[-1][:, -1]
+
+
+def cache_argument(model: Any) -> str:
+    """The name under which ``model``'s forward takes its KV cache: ``cache`` (later transformers 5
+    releases) or ``past_key_values`` (5.19 and earlier). Passing the wrong one is silently ignored,
+    and the decode loop would then run without the cache: wrong log-probs, no error."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PeftModel's is **kwargs
+    return _cache_argument(cast(Any, type(base)))
+
+
+@functools.cache
+def _cache_argument(model_class: Any) -> str:
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
+@torch.no_grad()
+def hf_generate(
+    policy: EnginePolicy,
+    contexts: list[list[int]],
+    stop_strings: Sequence[str],
+    max_new_tokens: int,
+    kwargs: dict[str, Any],
+) -> list[list[int]]:
+    """``model.generate`` on the whole contexts (left-padded), for generation kwargs the lean loop
+    does not handle; each row cut where the turn ends (``lmgym.core.action_length``)."""
+    tok = policy.tokenizer
+    width = max(map(len, contexts))
+    input_ids = torch.full((len(contexts), width), tok.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for i, ctx in enumerate(contexts):
+        input_ids[i, width - len(ctx) :] = torch.tensor(ctx)
+        attention_mask[i, width - len(ctx) :] = 1
+    if not kwargs.get("do_sample", True):  # greedy: sampling settings would only warn
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("temperature", "top_k", "top_p")}
+    model: Any = policy.model
+    was_training = model.training
+    model.eval()
+    out = model.generate(
+        input_ids=input_ids.to(policy.device),
+        attention_mask=attention_mask.to(policy.device),
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        stopping_criteria=[StopOnStrings(tok, stop_strings, width)] if stop_strings else [],
+        **kwargs,
+    )
+    model.train(was_training)
+    return [cut_action(row[width:].tolist(), tok, stop_strings, max_new_tokens) for row in out.cpu()]
+
+
+__all__ = ["LEAN_KWARGS", "HFEngine", "cache_argument", "hf_generate"]

@@ -1,0 +1,46 @@
+"""The ``lmgym`` command: ``list``, ``play``, ``view``, ``train``, ``eval`` and ``export``.
+
+One module per command (``envs``: list and play; ``view``; ``train``; ``evaluate``; ``export``),
+``options`` for what they share (``UsageError``: bad input, one line, exit status 2),
+``rundir`` for the run directory, ``session`` for the agent and envs of train and eval.
+Nothing in the library imports this package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import lmgym
+from lmgym.cli import envs, evaluate, export, train, view
+from lmgym.cli.options import UsageError, parse_kwargs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lmgym", description=(lmgym.__doc__ or "lmgym").splitlines()[0])
+    parser.add_argument("--version", action="version", version=lmgym.__version__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    envs.add_parsers(sub)
+    view.add_parser(sub)
+    train.add_parser(sub)
+    evaluate.add_parser(sub)
+    export.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except UsageError as e:
+        print(f"lmgym {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `lmgym list | head`
+        return 0
+    return 0
+
+
+__all__ = ["UsageError", "build_parser", "main", "parse_kwargs"]

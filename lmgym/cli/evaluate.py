@@ -1,0 +1,60 @@
+"""``lmgym eval``: greedy (and sampled) success of a saved model on held-out seeds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from lmgym.cli.options import UsageError, add_model_flags, check_inputs, parse_kwargs, table
+from lmgym.cli.session import check_chat_template, make_agent, make_envs, quiet_transformers, set_threads
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("eval", help="greedy success on held-out seeds (and sampled, with --sampled)")
+    p.add_argument("env_id")
+    p.add_argument("--model", required=True, help="a directory saved by lmgym train (or any HF model path)")
+    p.add_argument("--episodes", type=int, default=200)
+    p.add_argument("--num-envs", type=int, default=50)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--sampled", action="store_true", help="also play the episodes sampled (default: greedy only)")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    add_model_flags(p)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=evaluate_command)
+
+
+def evaluate_command(args: argparse.Namespace) -> None:
+    from lmgym.agents.config import PPOConfig
+
+    check_inputs(args)
+    if not os.path.exists(args.model):
+        raise UsageError(f"--model {args.model!r} does not exist")
+    from lmgym.agents.evaluation import evaluate
+
+    set_threads(None)
+    quiet_transformers()
+    from lmgym.agents.models import read_manifest
+
+    manifest = read_manifest(args.model)  # how the model was trained: its chat template, system message
+    args.chat_template = args.chat_template or bool(manifest.get("chat_template"))
+    args.system = args.system if args.system is not None else manifest.get("system")
+    env_kwargs = {**manifest.get("env_kwargs", {}), **parse_kwargs(args.env_arg)}  # --env-arg overrides
+    agent = make_agent(args, PPOConfig(seed=args.seed), env_kwargs)
+    check_chat_template(args, agent.tokenizer)
+    envs = make_envs(args, min(args.num_envs, args.episodes), agent.tokenizer, env_kwargs)
+    results = {"greedy": evaluate(agent, envs, args.episodes, greedy=True, progress=True)[0]}
+    if args.sampled:
+        results["sampled"] = evaluate(agent, envs, args.episodes, greedy=False, progress=True)[0]
+    if args.json:
+        print(json.dumps({**results["greedy"], **({"sampled": results["sampled"]} if args.sampled else {})}))
+        return
+    rows = [
+        [name, f"{s['success']:.1%}", f"{s['tool_rate']:.1%}", f"{s['mean_return']:.3f}", str(s["episodes"])]
+        for name, s in results.items()
+    ]
+    print(table(["", "success", "tool-call rate", "mean return", "episodes"], rows))
+
+
+__all__ = ["add_parser", "evaluate_command"]

@@ -1,0 +1,57 @@
+"""The run directory ``lmgym train --out DIR`` writes: what it holds, and who may write it."""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+from pathlib import Path
+from typing import IO
+
+from lmgym.cli.options import UsageError
+from lmgym.storage import remove
+
+RUN_FILES = (
+    "model",
+    "warmstart",
+    "checkpoints",
+    "metrics.csv",
+    "episodes.jsonl",
+    "summary.json",
+    "config.json",
+    "transcripts.md",
+    "learning_curve.png",
+    "report.html",
+    "tensorboard",
+)
+"""What ``lmgym train`` writes to ``--out``: a directory holding any of these holds a run."""
+
+
+def claim_run_dir(args: argparse.Namespace) -> IO[str]:
+    """Locks ``--out`` for this run (a second ``lmgym train`` on it is refused) and refuses to
+    write over a run there unless ``--resume`` continues it or ``--overwrite`` replaces it.
+    Returns the open lock file, held until the process ends."""
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        lock = open(out / ".lmgym.lock", "a+")  # noqa: SIM115 (held for the whole run)
+    except OSError as e:
+        raise UsageError(f"--out {str(out)!r}: {e.strerror or e}") from e
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        lock.close()
+        raise UsageError(f"another lmgym train is writing to {str(out)!r}: wait for it, or use another --out") from e
+    existing = [name for name in RUN_FILES if (out / name).exists() or (out / name).is_symlink()]
+    if existing and args.resume is None:
+        if not args.overwrite:
+            lock.close()
+            raise UsageError(
+                f"--out {str(out)!r} holds a run already ({', '.join(existing[:3])}): continue it with "
+                f"--resume {out / 'checkpoints' / 'last'}, pick a new --out, or pass --overwrite to replace it"
+            )
+        for name in existing:
+            remove(out / name)
+    return lock
+
+
+__all__ = ["RUN_FILES", "claim_run_dir"]

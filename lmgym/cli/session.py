@@ -1,0 +1,163 @@
+"""What ``lmgym train`` and ``lmgym eval`` set up alike: threads, quiet logs, the agent (the
+default model or ``--model``, warm-started when asked), and the envs it plays."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from lmgym.cli.options import UsageError
+
+
+def set_threads(threads: int | None) -> None:
+    import torch
+
+    torch.set_num_threads(threads or max(1, min(2, os.cpu_count() or 1)))
+
+
+def quiet_transformers() -> None:
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # no "Writing model shards" bars
+    transformers.utils.logging.set_verbosity_error()
+
+
+def make_agent(args: argparse.Namespace, config: Any, env_kwargs: dict[str, Any]) -> Any:
+    """The agent to train or evaluate: the default model (no ``--model``) or ``--model``,
+    warm-started on demonstrations with ``--warmstart-steps``."""
+    from lmgym.agents import PPOAgent
+
+    if args.model is None:
+        model, tokenizer = default_model(args, env_kwargs)
+    else:
+        model, tokenizer = given_model(args, env_kwargs)
+        if getattr(args, "warmstart_steps", None):
+            check_chat_template(args, tokenizer)
+            model = warm_start(args, model, tokenizer, env_kwargs, config)
+    try:
+        return PPOAgent(model, tokenizer=tokenizer, config=config)
+    except ValueError as e:  # the vocabulary does not cover the tokenizer; a LoRA target is not in the model
+        raise UsageError(str(e).splitlines()[0]) from e
+
+
+def default_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    from lmgym.agents.warmstart import WarmStartConfig
+    from lmgym.agents.warmstart import default_model as build
+
+    print("building the default model (a tiny Llama, warm-started on demonstrations; cached after the first run)")
+    warm = WarmStartConfig(seed=args.seed)
+    if getattr(args, "warmstart_steps", None) is not None:
+        warm = dataclasses.replace(warm, steps=args.warmstart_steps)
+    try:
+        model, tokenizer, _ = build(args.env_id, env_kwargs, warm, use_cache=not getattr(args, "no_cache", False))
+    except NotImplementedError as e:
+        raise UsageError(f"{args.env_id} has no oracle to warm-start the default model from ({e}); pass --model") from e
+    return model, tokenizer
+
+
+def given_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> tuple[Any, Any]:
+    from lmgym.agents.warmstart import load_for_env
+    from lmgym.storage import find_damaged
+
+    damaged = find_damaged(args.model) if os.path.isdir(args.model) else None
+    if damaged:
+        raise UsageError(f"--model: {damaged}")
+    try:
+        return load_for_env(args.model, args.env_id, env_kwargs, getattr(args, "add_special_tokens", False))
+    except (ValueError, ImportError) as e:
+        raise UsageError(str(e).splitlines()[0]) from e
+
+
+def warm_start(args: argparse.Namespace, model: Any, tokenizer: Any, env_kwargs: dict[str, Any], config: Any) -> Any:
+    """``--model M --warmstart-steps N``: the supervised warm start on the env's demonstrations,
+    rendered as the RL phase renders them; the result is saved in ``OUT/warmstart`` (LoRA
+    adapters trained on it later name it as their base)."""
+    from lmgym.agents.warmstart import warm_start as supervised
+    from lmgym.storage import written_aside
+
+    lora = config.model.peft_config
+    print(
+        f"warm start of {args.model}: {args.warmstart_steps} supervised steps on demonstrations "
+        f"({'LoRA, merged' if lora else 'full'})"
+    )
+    env = env_maker(args, tokenizer, env_kwargs)()
+    try:
+        model, losses = supervised(model, tokenizer, env, args.warmstart_steps, lora=lora, seed=args.seed)
+    finally:
+        env.close()
+    print(f"warm start: loss {losses[0]:.3f} -> {sum(losses[-10:]) / len(losses[-10:]):.3f}")
+    target = Path(args.out) / "warmstart"
+    with written_aside(target) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    model.name_or_path = model.config._name_or_path = str(target)
+    return model
+
+
+def check_chat_template(args: argparse.Namespace, tokenizer: Any) -> None:
+    from lmgym.tokenizers import HFTokenizer
+
+    hf = tokenizer.hf if isinstance(tokenizer, HFTokenizer) else None
+    if args.chat_template and not getattr(hf, "chat_template", None):
+        raise UsageError(f"--chat-template: the tokenizer of {args.model or 'the default model'} has no chat template")
+
+
+def env_maker(args: argparse.Namespace, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:
+    """A function that makes one env as the run plays it (its chat template, when asked)."""
+    import gymnasium as gym
+
+    from lmgym.wrappers import ChatTemplate
+
+    def make() -> gym.Env:
+        env = gym.make(args.env_id, tokenizer=tokenizer, **env_kwargs)
+        return ChatTemplate(env, system=args.system) if args.chat_template else env
+
+    return make
+
+
+def make_envs(args: argparse.Namespace, n: int, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:
+    """``n`` envs stepped at the same time (``ConcurrentVectorEnv``: tool calls overlap; results
+    are exactly a ``SyncVectorEnv``'s), autoreset in the same step."""
+    from gymnasium.vector import AutoresetMode
+
+    from lmgym.vector import ConcurrentVectorEnv
+
+    return ConcurrentVectorEnv([env_maker(args, tokenizer, env_kwargs)] * n, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def warn_cut_turns(agent: Any, batch: Any, budget: int) -> None:
+    """One warning when a BPE model's turns keep hitting the env's action bound (sized for the
+    byte tokenizer): more than a quarter of them in the first evaluation."""
+    from lmgym.tokenizers import HFTokenizer
+
+    if not isinstance(agent.tokenizer, HFTokenizer):
+        return
+    lengths = []
+    for episode in batch.episodes:
+        mask = episode.action_mask.tolist()
+        for end in episode.turn_ends:
+            start = end
+            while start > 0 and mask[start - 1]:
+                start -= 1
+            lengths.append(end - start + 1)
+    share = sum(n >= budget for n in lengths) / max(1, len(lengths))
+    if share > 0.25:
+        print(
+            f"warning: {share:.0%} of the model's turns were cut at the env's max_action_tokens={budget}; "
+            "a BPE model may need more: --env-arg max_action_tokens=N"
+        )
+
+
+__all__ = [
+    "check_chat_template",
+    "env_maker",
+    "make_agent",
+    "make_envs",
+    "quiet_transformers",
+    "set_threads",
+    "warm_start",
+    "warn_cut_turns",
+]

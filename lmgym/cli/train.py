@@ -1,0 +1,203 @@
+"""``lmgym train``: the main job, from the command line.
+
+With no arguments it trains the embedded default model on ``lmgym/Calculator-v0`` (on a laptop
+CPU, in minutes) and writes the model, metrics, a learning curve, transcripts and a summary to
+``--out``. ``train`` runs in steps: check the input, claim the run dir, build the agent and envs,
+evaluate before, learn, evaluate after, write the outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from lmgym.cli.options import (
+    UsageError,
+    add_config_flags,
+    add_model_flags,
+    check_inputs,
+    config_overrides,
+    parse_kwargs,
+    table,
+)
+from lmgym.cli.rundir import claim_run_dir
+from lmgym.cli.session import (
+    check_chat_template,
+    make_agent,
+    make_envs,
+    quiet_transformers,
+    set_threads,
+    warn_cut_turns,
+)
+
+DEFAULT_ENV = "lmgym/Calculator-v0"
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("train", help="train a model with PPO on an env")
+    p.add_argument("env_id", nargs="?", default=DEFAULT_ENV)
+    p.add_argument("--model", default=None, help="HF model name or local path (default: the embedded tiny model)")
+    p.add_argument("--episodes", type=int, default=4096, help="training episodes (default: 4096)")
+    p.add_argument("--num-envs", type=int, default=32, help="envs played in parallel (default: 32)")
+    p.add_argument("--out", default="runs/train", help="output directory (default: runs/train)")
+    p.add_argument("--eval-episodes", type=int, default=200, help="held-out episodes for before/after")
+    p.add_argument("--eval-every", type=int, default=10, help="greedy evaluation every N updates (0: off)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores, at most 2)")
+    p.add_argument("--no-cache", action="store_true", help="rebuild the default model's warm start")
+    p.add_argument(
+        "--warmstart-steps",
+        type=int,
+        default=None,
+        help="supervised steps on the env's demonstrations before RL (default model: 1600; --model: none unless given)",
+    )
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="gym.make argument")
+    add_model_flags(p)
+    p.add_argument(
+        "--lora", default=None, metavar="SPEC", help="LoRA adapters, e.g. r=16 or r=16,alpha=32,targets=q_proj+v_proj"
+    )
+    p.add_argument(
+        "--add-special-tokens", action="store_true", help="add the env's tags to an HF tokenizer as tokens (and resize)"
+    )
+    p.add_argument(
+        "--resume", default=None, metavar="CHECKPOINT", help="continue from a checkpoint (OUT/checkpoints/last, or OUT)"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace the run already in --out (default: refuse)")
+    add_config_flags(p)
+    p.add_argument("--estimator", choices=["gae", "rloo", "grpo"], default="gae")
+    p.add_argument("--generation-kwargs", type=json.loads, default=None, help="JSON of transformers generation kwargs")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=train)
+
+
+def train(args: argparse.Namespace) -> None:
+    check_inputs(args)  # bad input fails here, before torch is even imported
+    started = time.perf_counter()
+    env_kwargs = parse_kwargs(args.env_arg)
+    config = run_config(args)
+    out = Path(args.out)
+    lock = claim_run_dir(args)  # noqa: F841 (held until the process ends)
+    set_threads(args.threads)
+    quiet_transformers()
+    from lmgym.agents.engines import engine_problem
+    from lmgym.agents.models import format_memory
+
+    problem = engine_problem(config.engine.name)  # before any model is built or warm-started
+    if problem:
+        raise UsageError(problem)
+    agent = make_agent(args, config, env_kwargs)
+    check_chat_template(args, agent.tokenizer)
+    print(format_memory(agent.memory_estimate()))
+    k = config.group_size or 1
+    envs = make_envs(args, max(k, args.num_envs // k * k), agent.tokenizer, env_kwargs)
+    eval_envs = make_envs(args, min(50, args.eval_episodes), agent.tokenizer, env_kwargs)
+    before = evaluate_before(args, agent, eval_envs, out)
+    after = learn(args, agent, envs, eval_envs, out)
+    write_outputs(args, agent, env_kwargs, before, after)
+    report(args, agent, before[0], after[0], time.perf_counter() - started)
+
+
+def run_config(args: argparse.Namespace) -> Any:
+    """The ``PPOConfig`` of the run: the default model's settings (no ``--model``), then the flags."""
+    from lmgym.agents.config import PPOConfig
+    from lmgym.agents.defaults import TINY_MODEL_CONFIG
+
+    base = dict(TINY_MODEL_CONFIG) if args.model is None else {}
+    try:
+        peft_config = None
+        if args.lora:
+            from lmgym.agents.models import parse_lora
+
+            peft_config = parse_lora(args.lora)
+        flags = {"seed": args.seed, "estimator": args.estimator, "peft_config": peft_config}
+        return PPOConfig(
+            **{**base, **config_overrides(args), **flags, "generation_kwargs": args.generation_kwargs or {}}
+        )
+    except (TypeError, ValueError) as e:
+        raise UsageError(str(e)) from e
+
+
+def evaluate_before(args: argparse.Namespace, agent: Any, eval_envs: Any, out: Path) -> tuple[dict[str, Any], Any]:
+    """The greedy evaluation before training, logged as update 0 of a new run's metrics."""
+    from lmgym.agents.callbacks import eval_metrics
+    from lmgym.agents.evaluation import evaluate
+    from lmgym.agents.metrics import MetricsLogger
+
+    before = evaluate(agent, eval_envs, args.eval_episodes, progress=True)
+    warn_cut_turns(agent, before[1], agent.env_contract(eval_envs)["max_new_tokens"])
+    if args.resume is None:  # a resumed run keeps the history it has
+        logger = MetricsLogger(out, agent.config.flat())
+        logger.log(eval_metrics(before[0]), 0)
+        logger.close()
+    return before
+
+
+def learn(args: argparse.Namespace, agent: Any, envs: Any, eval_envs: Any, out: Path) -> tuple[dict[str, Any], Any]:
+    """PPO for ``--episodes``, evaluated every ``--eval-every`` updates; the final evaluation."""
+    from lmgym.agents.callbacks import Evaluator
+    from lmgym.agents.checkpoints import CheckpointError
+    from lmgym.agents.evaluation import evaluate
+
+    evaluator = Evaluator(eval_envs, min(100, args.eval_episodes), args.eval_every, args.eval_episodes, args.episodes)
+    try:
+        agent.learn(
+            envs,
+            total_episodes=args.episodes,
+            callbacks=[evaluator],
+            log_dir=out,
+            checkpoint_dir=out / "checkpoints",
+            resume_from=args.resume,
+        )
+    except CheckpointError as e:
+        raise UsageError(f"--resume: {e}") from e
+    return evaluator.final or evaluate(agent, eval_envs, args.eval_episodes)
+
+
+def write_outputs(
+    args: argparse.Namespace, agent: Any, env_kwargs: dict[str, Any], before: tuple, after: tuple
+) -> None:
+    """The model (with how its env was made, for ``lmgym eval``), the curve and the transcripts."""
+    from lmgym.agents.evaluation import transcript
+    from lmgym.agents.plotting import plot_learning_curve
+
+    out = Path(args.out)
+    manifest = {"env": args.env_id, "chat_template": args.chat_template, "system": args.system}
+    agent.save(out / "model", manifest={**manifest, "env_kwargs": env_kwargs})  # lmgym eval applies them
+    title = f"{args.env_id}: PPO ({agent.config.estimator})"
+    plot_learning_curve(out / "metrics.csv", out / "learning_curve.png", title)
+    with open(out / "transcripts.md", "w") as f:
+        for name, (_, batch) in (("before", before), ("after", after)):
+            f.write(f"## {name} training (greedy, held-out seeds)\n\n")
+            for episode in batch.episodes[:5]:
+                text = transcript(agent, episode)
+                f.write(f"seed {episode.seed}, return {episode.return_:g}:\n\n```\n{text}\n```\n\n")
+
+
+def report(args: argparse.Namespace, agent: Any, before: dict[str, Any], after: dict[str, Any], wall: float) -> None:
+    """``summary.json``, and the before/after table."""
+    out = Path(args.out)
+    keys = ("success", "tool_rate", "mean_return", "errors")
+    summary = {
+        "env": args.env_id,
+        "model": args.model or "default (tiny Llama, warm-started)",
+        "before": {k: before[k] for k in keys},
+        "after": {k: after[k] for k in keys},
+        "wall_seconds": round(wall, 1),
+        "seed": args.seed,
+        "episodes": agent.num_episodes,
+        "estimator": agent.config.estimator,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    rows = [
+        ["success (greedy)", f"{before['success']:.1%}", f"{after['success']:.1%}"],
+        ["tool-call rate", f"{before['tool_rate']:.1%}", f"{after['tool_rate']:.1%}"],
+        ["mean return", f"{before['mean_return']:.3f}", f"{after['mean_return']:.3f}"],
+    ]
+    print(table(["", "before", "after"], rows))
+    print(f"wall time {wall:.0f} s; {agent.num_episodes} episodes; outputs in {out}/")
+    print(f"see what training did, token by token: lmgym view {out}")
+
+
+__all__ = ["DEFAULT_ENV", "add_parser", "train"]
