@@ -1,13 +1,18 @@
 """Advantage estimators: token-level GAE, and critic-free RLOO and GRPO over episode groups.
 
-Pure functions on tensors; ``PPOAgent.compute_advantages`` lays episodes out for them.
+Pure functions on tensors; ``PPOAgent.compute_advantages`` lays episodes out for them. Also the
+update's per-episode helpers: the critic's explained variance, and truncated importance weights.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from lmgym.agents.trajectories import Episode, Trajectories
 
 
 def gae(
@@ -105,3 +110,22 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, min_std: float = 1e-2) -> torch.
     std = selected.std(unbiased=False)
     out = centred / std if std > min_std else centred
     return torch.where(mask, out, torch.zeros_like(x))
+
+
+def explained_variance(batch: Trajectories, returns: Sequence[torch.Tensor]) -> float:
+    """1 - Var(returns - values) / Var(returns) over the batch's action tokens (CleanRL's
+    ``explained_variance``): 1 is a perfect critic, 0 no better than a constant, < 0 worse."""
+    mask = torch.cat([e.action_mask for e in batch])
+    target = torch.cat(list(returns))[mask]
+    values = torch.cat([e.values if e.values is not None else torch.zeros(e.length) for e in batch])[mask]
+    var = float(target.var(unbiased=False)) if target.numel() else 0.0
+    return float("nan") if var == 0 else 1.0 - float((target - values).var(unbiased=False)) / var
+
+
+def importance_weights(episode: Episode, cap: float) -> torch.Tensor:
+    """Truncated importance weights (T,): min(p_trainer / p_engine, cap) on action tokens, 1
+    elsewhere, for episodes an inexact engine sampled (1 everywhere for the others)."""
+    if episode.sampler_logprobs is None or episode.logprobs is None:
+        return torch.ones(episode.length)
+    ratio = (episode.logprobs - episode.sampler_logprobs).exp().clamp(max=cap)
+    return torch.where(episode.action_mask, ratio, 1.0)

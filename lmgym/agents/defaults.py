@@ -1,4 +1,4 @@
-"""The defaults ``lmgym train`` picks, for Python users too: ``PPOAgent.default(env_id)``.
+"""The settings ``lmgym train`` picks, for Python users too (``PPOAgent.default(env_id)``).
 
 With no ``--model``, ``lmgym train`` trains the embedded default model: a tiny Llama built from a
 config, warm-started on the env's demonstrations (``lmgym.agents.warmstart``, cached), with the
@@ -7,14 +7,9 @@ PPO settings measured for it on Calculator-v0 (``TINY_MODEL_CONFIG``).
 
 from __future__ import annotations
 
-import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lmgym.agents.config import PPOConfig
-
-if TYPE_CHECKING:
-    from lmgym.agents.ppo import PPOAgent
-    from lmgym.agents.warmstart import WarmStartConfig
 
 TINY_MODEL_CONFIG: dict[str, Any] = {
     "learning_rate": 3e-4,  # a tiny model needs more than the 1.41e-5 meant for pretrained ones
@@ -32,37 +27,33 @@ def default_config(**overrides: Any) -> PPOConfig:
 
 
 def default_agent(
+    cls: Any,
     env_id: str = "lmgym/Calculator-v0",
     env_kwargs: dict[str, Any] | None = None,
-    warmstart: WarmStartConfig | None = None,
+    warmstart: Any = None,
     use_cache: bool = True,
     **config: Any,
-) -> PPOAgent:
-    """The agent ``lmgym train ENV_ID`` trains with no ``--model``.
+) -> Any:
+    """``PPOAgent.default``: the agent ``lmgym train ENV_ID`` trains with no ``--model``.
 
-    Args:
-        env_id: the env the default model warm-starts on (it needs an ``oracle``).
-        env_kwargs: ``gym.make`` arguments of that env (``--env-arg``).
-        warmstart: the default model and its warm start (``WarmStartConfig()``; ``seed`` follows
-            ``config["seed"]`` when given).
-        use_cache: load an identical warm start from the cache, and save a new one there.
-        **config: ``PPOConfig`` overrides of ``TINY_MODEL_CONFIG``.
+    A tiny Llama built from a config and warm-started on the env's demonstrations (a
+    ``WarmStartConfig``; cached unless ``use_cache=False``), with ``TINY_MODEL_CONFIG`` updated
+    by ``config``. ``env_kwargs`` are the env's ``gym.make`` arguments; the warm start's ``seed``
+    follows ``config["seed"]``.
 
     Example:
+        >>> from lmgym.agents import PPOAgent
         >>> from lmgym.agents.warmstart import WarmStartConfig
-        >>> agent = default_agent("lmgym/Echo-v0", warmstart=WarmStartConfig(steps=1, demonstrations=2,
-        ...                       n_layer=1, n_embd=16), use_cache=False, seed=1)
+        >>> tiny = WarmStartConfig(steps=1, demonstrations=2, n_layer=1, n_embd=16)
+        >>> agent = PPOAgent.default("lmgym/Echo-v0", warmstart=tiny, use_cache=False, seed=1)
         >>> agent.config.learning_rate, agent.tokenizer.vocab_size
         (0.0003, 258)
     """
-    from lmgym.agents.ppo import PPOAgent
     from lmgym.agents.warmstart import WarmStartConfig, default_model
 
-    warm = warmstart or WarmStartConfig()
-    if "seed" in config and warmstart is None:
-        warm = dataclasses.replace(warm, seed=int(config["seed"]))
+    warm = warmstart or WarmStartConfig(seed=int(config.get("seed", 0)))
     model, tokenizer, _ = default_model(env_id, env_kwargs, warm, use_cache=use_cache)
-    return PPOAgent(model, tokenizer=tokenizer, config=default_config(**config))
+    return cls(model, tokenizer=tokenizer, config=default_config(**config))
 
 
 __all__ = ["TINY_MODEL_CONFIG", "default_agent", "default_config"]

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
-from lmgym.agents.ppo import EVAL_SEED_OFFSET, PPOAgent
+from lmgym.agents.rollout import EVAL_SEED_OFFSET
 from lmgym.agents.trajectories import Trajectories
+
+if TYPE_CHECKING:
+    from lmgym.agents.ppo import PPOAgent
 
 
 def held_out_seeds(n: int) -> list[int]:

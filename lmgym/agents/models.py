@@ -196,3 +196,35 @@ def adamw(params: list[torch.nn.Parameter], lr: float) -> torch.optim.AdamW:
         return torch.optim.AdamW(params, lr=lr, fused=True)
     except (RuntimeError, ValueError):
         return torch.optim.AdamW(params, lr=lr)
+
+
+def prepare_model(model: Any, tokenizer: Any, config: Any) -> tuple[PreTrainedModel, Tokenizer]:
+    """The model and tokenizer ``PPOAgent`` trains: ``model`` loaded when it is a name or path
+    (its tokenizer too, unless given), the vocabulary checked, dropout off (it would make the PPO
+    ratio differ from 1 at the start), LoRA and gradient checkpointing per ``config``
+    (``PPOConfig.model``)."""
+    from lmgym.tokenizers import as_tokenizer
+
+    if isinstance(model, (str, os.PathLike)):
+        tokenizer = model if tokenizer is None else tokenizer
+        model = load_model(model)
+    if tokenizer is None:
+        tokenizer = model.name_or_path or None
+    if tokenizer is None:
+        raise ValueError("no tokenizer: pass tokenizer= (a model built from a config has no path to load one from)")
+    tok = as_tokenizer(tokenizer)
+    check_model_vocab(model, tok)
+    disable_dropout(model)
+    if config.peft_config and not hasattr(model, "disable_adapter"):
+        model = apply_lora(model, config.peft_config)
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model, tok
+
+
+def reference_model(model: torch.nn.Module, given: Any, device: Any) -> Any:
+    """The frozen KL reference: ``given``, else a copy of ``model``, on ``device``, in eval mode."""
+    import copy
+
+    reference = given if given is not None else copy.deepcopy(model)
+    return reference.requires_grad_(False).eval().to(device)

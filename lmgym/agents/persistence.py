@@ -31,7 +31,11 @@ if TYPE_CHECKING:
 
 
 def save(agent: PPOAgent, path: str | os.PathLike, training_state: bool = False, manifest: dict | None = None) -> None:
-    """``PPOAgent.save``: everything written aside and renamed into place."""
+    """Writes the model (``from_pretrained``-loadable; for LoRA, the adapters), tokenizer, value
+    head, config and a manifest (``lmgym_model.json``: the base model of adapters, and
+    ``manifest``'s entries, e.g. how the env was wrapped); with ``training_state``, also what
+    ``learn(resume_from=...)`` needs. Everything is written aside and renamed into place, so
+    ``path`` holds the old save or the new one, never half of one."""
     agent.accelerator.wait_for_everyone()
     if agent.accelerator.is_main_process:
         with written_aside(Path(path)) as tmp:
@@ -39,7 +43,8 @@ def save(agent: PPOAgent, path: str | os.PathLike, training_state: bool = False,
 
 
 def save_checkpoint(agent: PPOAgent, checkpoint_dir: str | os.PathLike, envs: Any = None) -> Path:
-    """``PPOAgent.save_checkpoint``: ``checkpoint_dir/update-NNNNNN`` and ``last`` pointing at it."""
+    """Writes ``checkpoint_dir/update-NNNNNN`` (model, optimizer, counters, RNGs, and a manifest
+    written last) and points ``checkpoint_dir/last`` at it; see ``lmgym.agents.checkpoints``."""
     checkpoint_dir = Path(checkpoint_dir)
     name = f"update-{agent.num_updates:06d}"
     agent.accelerator.wait_for_everyone()
@@ -113,7 +118,8 @@ def training_state_of(agent: PPOAgent) -> dict[str, Any]:
 
 
 def load(cls: type[PPOAgent], path: str | os.PathLike, config: PPOConfig | None = None) -> PPOAgent:
-    """``PPOAgent.load``: model (base + adapters for LoRA), tokenizer, value head, reference, config."""
+    """An agent from ``save``: model (base + adapters for LoRA, the base named by the manifest),
+    tokenizer, value head, reference model and config."""
     from lmgym.agents.config import PPOConfig
 
     path = Path(path)
@@ -127,7 +133,10 @@ def load(cls: type[PPOAgent], path: str | os.PathLike, config: PPOConfig | None 
 
 
 def load_training_state(agent: PPOAgent, path: str | os.PathLike, envs: gym.Env | Any = None) -> Path:
-    """``PPOAgent.load_training_state``: a verified checkpoint of this model and env, restored."""
+    """Restores weights, optimizer, KL controller, counters and RNGs from a checkpoint that
+    ``learn`` wrote (``path``: the checkpoint, ``checkpoints/last``, the checkpoints dir or the
+    run dir), after checking that it is complete, undamaged, data only and of this model and
+    env (``checkpoints.CheckpointError`` otherwise). Returns the checkpoint it used."""
     path = checkpoints.resolve(path)
     manifest = checkpoints.verify(path)
     checkpoints.check_match(manifest, checkpoints.model_signature(agent.model), env_fingerprint(agent, envs), path)

@@ -17,12 +17,10 @@ does around an update ``lmgym.agents.callbacks``'.
 
 from __future__ import annotations
 
-import copy
 import functools
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -34,16 +32,23 @@ from gymnasium.vector import VectorEnv
 from transformers import PreTrainedModel
 
 from lmgym.agents import persistence
-from lmgym.agents.advantages import gae, grpo_advantages, rloo_advantages, whiten
+from lmgym.agents.advantages import (
+    explained_variance,
+    gae,
+    grpo_advantages,
+    importance_weights,
+    rloo_advantages,
+    whiten,
+)
 from lmgym.agents.callbacks import Callback, fire, run_callbacks
 from lmgym.agents.config import PPOConfig
+from lmgym.agents.defaults import default_agent
 from lmgym.agents.engines import Engine, EnginePolicy, Generation, make_engine
 from lmgym.agents.kl import KLController
-from lmgym.agents.models import adamw, apply_lora, check_model_vocab, disable_dropout, load_model, memory_estimate
+from lmgym.agents.models import adamw, load_model, memory_estimate, prepare_model, reference_model
 from lmgym.agents.policy import PolicyWithValue, action_logprobs, state_values, token_logprobs
 from lmgym.agents.rollout import EVAL_SEED_OFFSET, RolloutCollector, as_vector_env
 from lmgym.agents.trajectories import Episode, Trajectories, pad_batch
-from lmgym.tokenizers import Tokenizer, as_tokenizer
 
 
 class PPOAgent:
@@ -80,28 +85,9 @@ class PPOAgent:
             gradient_accumulation_steps=self.config.gradient_accumulation_steps,
         )
         set_seed(self.config.seed + self.accelerator.process_index)
-        if isinstance(model, (str, os.PathLike)):
-            tokenizer = model if tokenizer is None else tokenizer
-            model = load_model(model)
-        if tokenizer is None:
-            tokenizer = model.name_or_path or None
-        if tokenizer is None:
-            raise ValueError("no tokenizer: pass tokenizer= (a model built from a config has no path to load one from)")
-        self.tokenizer: Tokenizer = as_tokenizer(tokenizer)
-        check_model_vocab(model, self.tokenizer)
-        disable_dropout(model)  # dropout would make the PPO ratio differ from 1 at the start
-        if self.config.model.peft_config and not hasattr(model, "disable_adapter"):
-            model = apply_lora(model, self.config.model.peft_config)
-        if self.config.model.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-
+        model, self.tokenizer = prepare_model(model, tokenizer, self.config.model)
         self.is_peft = hasattr(model, "disable_adapter") and ref_model is None
-        if ref_model is None and not self.is_peft:
-            ref_model = copy.deepcopy(model)
-        if ref_model is not None:
-            ref_model.requires_grad_(False).eval().to(self.accelerator.device)
-        self.ref_model = ref_model
-
+        self.ref_model = None if self.is_peft else reference_model(model, ref_model, self.accelerator.device)
         policy = PolicyWithValue(model)
         optimizer = adamw([p for p in policy.parameters() if p.requires_grad], self.config.learning_rate)
         self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
@@ -116,13 +102,7 @@ class PPOAgent:
         self.num_episodes = 0
         self.num_updates = 0
 
-    @classmethod
-    def default(cls, env_id: str = "lmgym/Calculator-v0", **kwargs: Any) -> PPOAgent:
-        """What ``lmgym train ENV`` trains with no ``--model``: the tiny Llama warm-started on the
-        env's demonstrations (cached), with its PPO settings (``lmgym.agents.defaults``)."""
-        from lmgym.agents.defaults import default_agent
-
-        return default_agent(env_id, **kwargs)
+    default = classmethod(default_agent)
 
     # ----------------------------------------------------------------------------- the model
     @property
@@ -177,19 +157,9 @@ class PPOAgent:
         generation_kwargs: dict[str, Any] | None = None,
         score: bool = True,
     ) -> Trajectories:
-        """Runs ``num_episodes`` episodes and returns them, scored (old and reference log-probs,
-        values).
-
-        Args:
-            envs: a Gymnasium ``VectorEnv`` (either autoreset mode), or a single env.
-            num_episodes: how many episodes.
-            group_size: episodes per task: each group of k envs is reset with the same seed
-                (defaults to ``config.group_size``); ``num_envs`` must be a multiple of it.
-            seeds: explicit reset seeds, one per task (e.g. held-out evaluation seeds).
-            generation_kwargs: overrides of ``config.rollout.generation_kwargs`` for these
-                episodes (``{"do_sample": False}`` for greedy evaluation).
-            score: compute log-probs and values (``update`` needs them; evaluation does not).
-        """
+        """Runs ``num_episodes`` episodes (``RolloutCollector.collect``, which says what each
+        argument does) and returns them, scored unless ``score=False``: old and reference
+        log-probs and values, which ``update`` needs and an evaluation does not."""
         batch = self.rollout.collect(envs, num_episodes, group_size, seeds, generation_kwargs)
         if score:
             self.score(batch)
@@ -433,22 +403,7 @@ class PPOAgent:
                 write (a tool's output inside the response): context only, no loss, and GAE
                 carries the bootstrap across it.
         """
-        if not len(queries) == len(responses) == len(rewards):
-            raise ValueError(f"got {len(queries)} queries, {len(responses)} responses, {len(rewards)} rewards")
-        episodes = []
-        for i, (q, r) in enumerate(zip(queries, responses)):
-            q, r = torch.as_tensor(q).long().cpu(), torch.as_tensor(r).long().cpu()
-            m = torch.ones(len(r)) if response_masks is None else torch.as_tensor(response_masks[i]).cpu()
-            m = m.bool()
-            if len(m) != len(r) or not m.any() or len(q) == 0:
-                raise ValueError(
-                    f"sample {i}: needs a non-empty query, and a response mask as long as the response "
-                    "with at least one 1"
-                )
-            action_mask = torch.cat([torch.zeros(len(q), dtype=torch.bool), m])
-            last = int(action_mask.nonzero().max())
-            episodes.append(Episode(torch.cat([q, r]), action_mask, [last], [float(rewards[i])], group=i))
-        return self.update(Trajectories(episodes, self.tokenizer))
+        return self.update(Trajectories.from_samples(queries, responses, rewards, response_masks, self.tokenizer))
 
     # --------------------------------------------------------------------------------- learn
     def learn(
@@ -509,58 +464,15 @@ class PPOAgent:
                 group["lr"] = self.config.learning_rate * (1 - self.num_episodes / total_episodes)
 
     # ---------------------------------------------------------------------- save and load
-    def save(
-        self, path: str | os.PathLike, training_state: bool = False, manifest: dict[str, Any] | None = None
-    ) -> None:
-        """Writes the model (``from_pretrained``-loadable; for LoRA, the adapters), tokenizer, value
-        head, config and a manifest (``lmgym_model.json``: the base model of adapters, and
-        ``manifest``'s entries, e.g. how the env was wrapped); with ``training_state``, also what
-        ``learn(resume_from=...)`` needs. Everything is written aside and renamed into place, so
-        ``path`` holds the old save or the new one, never half of one."""
-        persistence.save(self, path, training_state, manifest)
-
-    def save_checkpoint(self, checkpoint_dir: str | os.PathLike, envs: gym.Env | VectorEnv | None = None) -> Path:
-        """Writes ``checkpoint_dir/update-NNNNNN`` (model, optimizer, counters, RNGs, and a manifest
-        written last) and points ``checkpoint_dir/last`` at it; see ``lmgym.agents.checkpoints``."""
-        return persistence.save_checkpoint(self, checkpoint_dir, envs)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike, config: PPOConfig | None = None) -> PPOAgent:
-        """An agent from ``save``: model (base + adapters for LoRA, the base named by the
-        manifest), tokenizer, value head, reference model and config."""
-        return persistence.load(cls, path, config)
-
-    def load_training_state(self, path: str | os.PathLike, envs: gym.Env | VectorEnv | None = None) -> Path:
-        """Restores weights, optimizer, KL controller, counters and RNGs from a checkpoint that
-        ``learn`` wrote (``path``: the checkpoint, ``checkpoints/last``, the checkpoints dir or the
-        run dir), after checking that it is complete, undamaged, data only and of this model and
-        env (``checkpoints.CheckpointError`` otherwise). Returns the checkpoint it used."""
-        return persistence.load_training_state(self, path, envs)
+    save = persistence.save
+    save_checkpoint = persistence.save_checkpoint
+    load = classmethod(persistence.load)
+    load_training_state = persistence.load_training_state
 
     def memory_estimate(self) -> dict[str, float]:
         """Bytes before activations (``lmgym.agents.models.memory_estimate``)."""
         trainable = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
         return memory_estimate(self.model, trainable, self.ref_model)
-
-
-# ------------------------------------------------------------------------------------ helpers
-def explained_variance(batch: Trajectories, returns: Sequence[torch.Tensor]) -> float:
-    """1 - Var(returns - values) / Var(returns) over the batch's action tokens (CleanRL's
-    ``explained_variance``): 1 is a perfect critic, 0 no better than a constant, < 0 worse."""
-    mask = torch.cat([e.action_mask for e in batch])
-    target = torch.cat(list(returns))[mask]
-    values = torch.cat([e.values if e.values is not None else torch.zeros(e.length) for e in batch])[mask]
-    var = float(target.var(unbiased=False)) if target.numel() else 0.0
-    return float("nan") if var == 0 else 1.0 - float((target - values).var(unbiased=False)) / var
-
-
-def importance_weights(episode: Episode, cap: float) -> torch.Tensor:
-    """Truncated importance weights (T,): min(p_trainer / p_engine, cap) on action tokens, 1
-    elsewhere, for episodes an inexact engine sampled (1 everywhere for the others)."""
-    if episode.sampler_logprobs is None or episode.logprobs is None:
-        return torch.ones(episode.length)
-    ratio = (episode.logprobs - episode.sampler_logprobs).exp().clamp(max=cap)
-    return torch.where(episode.action_mask, ratio, 1.0)
 
 
 __all__ = ["EVAL_SEED_OFFSET", "PPOAgent", "as_vector_env", "load_model"]  # load_model: lmgym.agents.models

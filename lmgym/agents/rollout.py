@@ -81,7 +81,17 @@ class RolloutCollector:
         seeds: Sequence[int] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
     ) -> Trajectories:
-        """Runs ``num_episodes`` episodes and returns them, unscored (see ``PPOAgent.collect``)."""
+        """Runs ``num_episodes`` episodes and returns them, unscored (``PPOAgent.collect`` scores them).
+
+        Args:
+            envs: a Gymnasium ``VectorEnv`` (either autoreset mode), or a single env.
+            num_episodes: how many episodes.
+            group_size: episodes per task: each group of k envs is reset with the same seed
+                (defaults to ``config.group_size``); ``num_envs`` must be a multiple of it.
+            seeds: explicit reset seeds, one per task (e.g. held-out evaluation seeds).
+            generation_kwargs: overrides of ``config.rollout.generation_kwargs`` for these
+                episodes (``{"do_sample": False}`` for greedy evaluation).
+        """
         vec = as_vector_env(envs)
         contract = self.env_contract(vec, generation_kwargs)
         k = group_size or self.config.group_size or 1

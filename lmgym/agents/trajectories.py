@@ -157,6 +157,35 @@ class Trajectories:
     custom loop; ``update`` recomputes advantages from the rewards it is given.
     """
 
+    @classmethod
+    def from_samples(
+        cls,
+        queries: Sequence[torch.Tensor],
+        responses: Sequence[torch.Tensor],
+        rewards: Sequence[float] | torch.Tensor,
+        response_masks: Sequence[torch.Tensor] | None,
+        tokenizer: Tokenizer,
+    ) -> Trajectories:
+        """One single-turn episode per hand-made sample (``PPOAgent.step``): the query as context,
+        the response as the action (less what its mask marks 0), the reward on its last unmasked
+        token, each sample its own group."""
+        if not len(queries) == len(responses) == len(rewards):
+            raise ValueError(f"got {len(queries)} queries, {len(responses)} responses, {len(rewards)} rewards")
+        episodes = []
+        for i, (q, r) in enumerate(zip(queries, responses)):
+            q, r = torch.as_tensor(q).long().cpu(), torch.as_tensor(r).long().cpu()
+            m = torch.ones(len(r)) if response_masks is None else torch.as_tensor(response_masks[i]).cpu()
+            m = m.bool()
+            if len(m) != len(r) or not m.any() or len(q) == 0:
+                raise ValueError(
+                    f"sample {i}: needs a non-empty query, and a response mask as long as the response "
+                    "with at least one 1"
+                )
+            action_mask = torch.cat([torch.zeros(len(q), dtype=torch.bool), m])
+            last = int(action_mask.nonzero().max())
+            episodes.append(Episode(torch.cat([q, r]), action_mask, [last], [float(rewards[i])], group=i))
+        return cls(episodes, tokenizer)
+
     def __init__(self, episodes: list[Episode], tokenizer: Tokenizer | None = None):
         self.episodes = list(episodes)
         self.tokenizer = tokenizer  # set by collect; to_html needs it to show the text
