@@ -26,7 +26,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 import lmgym
 from lmgym.agents import PPOAgent, PPOConfig
-from lmgym.agents.ppo import pad_batch
+from lmgym.agents.trajectories import pad_batch
 
 
 def tiny(n_positions: int = 128) -> GPT2LMHeadModel:

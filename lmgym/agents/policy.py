@@ -32,22 +32,35 @@ class PolicyWithValue(nn.Module):
         predict an action token, (N, V) in row-major order (``predicting(action_mask)``): the
         output embeddings run on those positions' hidden states alone, where the model's logits
         are exactly that (``head_on_hidden``), saving the (B, T, V) tensor of a large vocabulary."""
-        gather = action_mask is not None and self.head_on_hidden
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            output_hidden_states=True,
-            **({"logits_to_keep": 1} if gather else {}),
-        )
-        hidden = out.hidden_states[-1]  # (B, T, H)
-        values = self.value_head(hidden.float()).squeeze(-1)  # (B, T)
-        if action_mask is None:
-            return out.logits, values
-        where = predicting(action_mask)
-        if gather:
-            head: Any = self.model.get_output_embeddings()  # type: ignore[operator]
-            return head(hidden[where]), values
-        return out.logits[where], values
+        logits, hidden = action_logits(self.model, input_ids, attention_mask, action_mask, self.head_on_hidden)
+        return logits, self.value_head(hidden.float()).squeeze(-1)  # (B, T) values
+
+
+def action_logits(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    action_mask: torch.Tensor | None,
+    head_on_hidden: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``model``'s logits and last hidden state (B, T, H). Without ``action_mask`` the logits are
+    (B, T, V); with it, only those that predict an action token, (N, V) in row-major order,
+    computed from the hidden states of those positions alone when ``head_on_hidden``."""
+    gather = action_mask is not None and head_on_hidden
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        output_hidden_states=True,
+        **({"logits_to_keep": 1} if gather else {}),
+    )
+    hidden = out.hidden_states[-1]  # (B, T, H)
+    if action_mask is None:
+        return out.logits, hidden
+    where = predicting(action_mask)
+    if gather:
+        head: Any = model.get_output_embeddings()  # type: ignore[operator]
+        return head(hidden[where]), hidden
+    return out.logits[where], hidden
 
 
 def head_on_hidden(model: nn.Module) -> bool:

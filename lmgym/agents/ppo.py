@@ -46,7 +46,7 @@ from lmgym.agents.defaults import default_agent
 from lmgym.agents.engines import Engine, EnginePolicy, Generation, make_engine
 from lmgym.agents.kl import KLController
 from lmgym.agents.models import adamw, load_model, memory_estimate, prepare_model, reference_model
-from lmgym.agents.policy import PolicyWithValue, action_logprobs, state_values, token_logprobs
+from lmgym.agents.policy import PolicyWithValue, action_logits, action_logprobs, state_values
 from lmgym.agents.rollout import EVAL_SEED_OFFSET, RolloutCollector, as_vector_env
 from lmgym.agents.trajectories import Episode, Trajectories, pad_batch
 
@@ -212,7 +212,8 @@ class PPOAgent:
                     e.ref_logprobs = e.logprobs
                 continue
             tokens, attention = self._padded(chunk)
-            ref_logprobs = token_logprobs(self.ref_logits(tokens, attention), tokens, temperature)  # (B, T)
+            actions = pad_batch([e.action_mask for e in chunk], False)[0].to(tokens.device)
+            ref_logprobs = action_logprobs(self.ref_logits(tokens, attention, actions), tokens, actions, temperature)[1]
             for row, e in enumerate(chunk):
                 e.ref_logprobs = torch.where(e.action_mask, ref_logprobs[row, : e.length].cpu(), 0.0)
 
@@ -224,13 +225,15 @@ class PPOAgent:
         tokens, attention = pad_batch([e.tokens for e in episodes], self.tokenizer.pad_token_id)
         return tokens.to(self.accelerator.device), attention.to(self.accelerator.device)
 
-    def ref_logits(self, tokens: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
-        """Logits of the reference model (the PEFT base with adapters off, for a PEFT model)."""
+    def ref_logits(self, tokens: torch.Tensor, attention: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """The reference model's logits (N, V) that predict the action tokens (the PEFT base with
+        adapters off, for a PEFT model)."""
+        gather = self.accelerator.unwrap_model(self.policy).head_on_hidden
         if self.ref_model is not None:
-            return self.ref_model(input_ids=tokens, attention_mask=attention).logits
+            return action_logits(self.ref_model, tokens, attention, actions, gather)[0]
         model: Any = self.model  # a PeftModel
         with model.disable_adapter():
-            return self.model(input_ids=tokens, attention_mask=attention).logits
+            return action_logits(model, tokens, attention, actions, gather)[0]
 
     # -------------------------------------------------------------------------- advantages
     def compute_rewards(self, episode: Episode) -> tuple[torch.Tensor, torch.Tensor]:

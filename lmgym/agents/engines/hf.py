@@ -78,13 +78,15 @@ class HFEngine:
             return {}
         keys = [self.keys[r] for r in rows]
         positions = [len(self.cached[r]) for r in rows]
-        tokens, logprobs = sample(self.logits[rows], kwargs, None if None in keys else cast(Any, keys), positions)
-        values = self.policy.module.value_head(self.hidden[rows].float()).squeeze(-1).tolist()  # V before each
-        ended = {}
+        everything = len(rows) == len(self.cached)  # no row selection: the last flush's rows as they are
+        logits, hidden = (self.logits, self.hidden) if everything else (self.logits[rows], self.hidden[rows])
+        tokens, logprobs = sample(logits, kwargs, None if None in keys else cast(Any, keys), positions)
+        values = self.policy.module.value_head(hidden.float()).squeeze(-1).tolist()  # V before each token
+        ended, tok = {}, self.policy.tokenizer
         for r, t, logprob, value in zip(rows, tokens, logprobs, values):
             turn = self.turns[r]
             turn.add(t, logprob, value)
-            if ends_turn(turn, self.policy.tokenizer, stop_strings) or len(turn) >= max_new_tokens:
+            if len(turn) >= max_new_tokens or ends_turn(turn, tok, stop_strings):
                 ended[r] = self.turns.pop(r)
             else:
                 self.queued[r] = [t]
@@ -101,14 +103,11 @@ class HFEngine:
             feeds = [c + f for c, f in zip(self.cached, feeds)]  # compact: refeed only the real tokens
             self.cache, self.cached = None, [[] for _ in feeds]
             self.mask = torch.zeros(len(feeds), 0, dtype=torch.long)
-        width = max([1, *map(len, feeds)])
-        segment = torch.full((len(feeds), width), self.policy.tokenizer.pad_token_id, dtype=torch.long)
-        seg_mask = torch.zeros_like(segment)
-        for i, s in enumerate(feeds):
-            if s:
-                segment[i, width - len(s) :] = torch.tensor(s)
-                seg_mask[i, width - len(s) :] = 1
-                self.cached[i] = self.cached[i] + s
+        width, pad = max([1, *map(len, feeds)]), self.policy.tokenizer.pad_token_id
+        segment = torch.tensor([[pad] * (width - len(s)) + s for s in feeds])  # (B, n) left-padded
+        seg_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in feeds])  # (B, n)
+        for cached, s in zip(self.cached, feeds):
+            cached.extend(s)
         self.logits, self.hidden = self.forward(segment, seg_mask)
 
     @contextlib.contextmanager

@@ -46,13 +46,15 @@ def sample(
     Greedy when ``do_sample`` is false; with ``keys``, row i inverts its filtered distribution's
     CDF at ``uniforms(keys, positions)[i]``, else ``torch.multinomial`` draws."""
     greedy = not kwargs.get("do_sample", True)
-    scaled = logits.float() / (1.0 if greedy else float(kwargs.get("temperature", 1.0)))
+    temperature = 1.0 if greedy else float(kwargs.get("temperature", 1.0))
+    scaled = logits.float() if temperature == 1.0 else logits.float() / temperature
     logp = torch.log_softmax(scaled, dim=-1)  # (B, V)
     if greedy:
         tokens = scaled.argmax(-1)
     else:
         top_k, top_p = kwargs.get("top_k"), kwargs.get("top_p")
-        probs = (filtered(scaled, top_k, top_p) if top_k or (top_p or 1.0) < 1.0 else scaled).softmax(-1)  # (B, V)
+        unfiltered = not top_k and (top_p is None or top_p >= 1.0)
+        probs = logp.exp() if unfiltered else filtered(scaled, top_k, top_p).softmax(-1)  # (B, V)
         if keys is None:
             tokens = torch.multinomial(probs, 1).squeeze(-1)
         else:
@@ -60,7 +62,8 @@ def sample(
             u = uniforms(keys, positions).to(cdf.device) * cdf[:, -1]
             tokens = torch.searchsorted(cdf, u[:, None].contiguous(), right=True).squeeze(-1)
             tokens = tokens.clamp(max=cdf.shape[-1] - 1)
-    return tokens.tolist(), logp.gather(-1, tokens[:, None]).squeeze(-1).tolist()
+    picked = logp.gather(-1, tokens[:, None]).squeeze(-1)  # (B,)
+    return tokens.tolist(), picked.tolist()
 
 
 def filtered(logits: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
