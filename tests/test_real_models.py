@@ -10,6 +10,8 @@ import sys
 import gymnasium as gym
 import pytest
 import torch
+from helpers import FAMILIES
+from helpers import build_chat_model as build
 
 import lmgym
 from lmgym.agents import PPOAgent, PPOConfig
@@ -17,91 +19,6 @@ from lmgym.wrappers import ChatTemplate
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 peft = pytest.importorskip("peft")
-
-FAMILIES = {
-    "llama": {
-        "config": "LlamaConfig",
-        "special": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
-        "eos": "<|eot_id|>",
-        "pad": "<|end_of_text|>",
-        "template": (
-            "{{ '<|begin_of_text|>' }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
-            "{{ m['content'] }}<|eot_id|>{% endfor %}"
-            "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
-        ),
-    },
-    "qwen2": {
-        "config": "Qwen2Config",
-        "special": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        "eos": "<|im_end|>",
-        "pad": "<|endoftext|>",
-        "template": (
-            "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-        ),
-    },
-    "mistral": {
-        "config": "MistralConfig",
-        "special": ["<s>", "</s>", "[INST]", "[/INST]"],
-        "eos": "</s>",
-        "pad": None,  # Mistral has none: lmgym pads with EOS
-        "template": (
-            "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
-            "{% elif m['role'] == 'assistant' %}{{ m['content'] }}</s>{% endif %}{% endfor %}"
-        ),
-    },
-}
-
-
-def corpus():
-    """A few hundred lines like the text the envs and the model exchange."""
-    env = gym.make("lmgym/Countdown-v0")
-    lines = []
-    for seed in range(300):
-        prompt, _ = env.reset(seed=seed)
-        lines += [prompt, env.get_wrapper_attr("oracle")(), "Answer with <answer>EXPR</answer>."]
-    return lines
-
-
-def build(family, path, vocab_size=400):
-    import transformers
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    spec = FAMILIES[family]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=spec["special"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    tok.train_from_iterator(corpus(), trainer)
-    hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token=spec["eos"],
-        pad_token=spec["pad"],
-        bos_token=spec["special"][0],
-        additional_special_tokens=spec["special"],
-    )
-    hf.chat_template = spec["template"]
-    config = getattr(transformers, spec["config"])(
-        vocab_size=len(hf),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        eos_token_id=hf.eos_token_id,
-        bos_token_id=hf.bos_token_id,
-        pad_token_id=hf.pad_token_id if hf.pad_token_id is not None else hf.eos_token_id,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config)
-    model.save_pretrained(path)
-    hf.save_pretrained(path)
-    return path
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
