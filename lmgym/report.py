@@ -9,14 +9,17 @@ close the script element), and the page builds its DOM with ``textContent`` only
 from __future__ import annotations
 
 import csv
-import functools
 import http.server
 import json
 import math
 import os
+import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from lmgym.storage import write_aside
 
 TEMPLATE = Path(__file__).with_name("report.html")
 REPORT_FILE = "report.html"
@@ -32,6 +35,12 @@ CURVES: dict[str, list[str]] = {
 }
 """The learning-curve panels and the ``metrics.csv`` columns each one draws (a key ending in
 ``/`` draws every column under it)."""
+
+MAX_EPISODES = 1000
+"""Episodes a report holds at most: the newest update's, and a sample across the others."""
+MAX_LINE_BYTES = 8 << 20
+"""An ``episodes.jsonl`` line longer than this is skipped unread."""
+UPDATE = re.compile(rb'^\s*\{\s*"update"\s*:\s*(-?\d+)')
 
 NEGATIVE, NEUTRAL, POSITIVE = (202, 0, 32), (247, 247, 247), (5, 113, 176)  # ColorBrewer RdBu ends
 
@@ -66,17 +75,37 @@ def color_scale(episodes: Iterable[dict[str, Any]], quantile: float = 0.95) -> f
     return values[min(len(values) - 1, int(quantile * len(values)))] or values[-1]
 
 
-def read_jsonl(path: str | os.PathLike) -> tuple[list[dict[str, Any]], int]:
+def read_jsonl(path: str | os.PathLike, limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
     """The objects of a JSONL file and how many lines were skipped: a half-written last line (a
     run still going, or a line cut inside a UTF-8 character), a line that is not a JSON object,
-    binary junk. Non-finite numbers become ``None``."""
-    out, skipped = [], 0
+    binary junk, a line over ``MAX_LINE_BYTES``. Non-finite numbers become ``None``. With
+    ``limit``, at most that many objects (``choose_lines``); the rest are counted as left out
+    by ``read_episodes``."""
+    episodes, skipped, _ = read_episodes(path, limit)
+    return episodes, skipped
+
+
+def read_episodes(path: str | os.PathLike, limit: int | None = None) -> tuple[list[dict[str, Any]], int, int]:
+    """``(episodes, unreadable lines, episodes left out)``: a first pass reads only each line's
+    ``update`` (memory stays bounded whatever the file's size), a second parses the lines that
+    ``choose_lines`` keeps."""
+    lines: list[tuple[int, int, int | None]] = []  # (offset, length, update) of each candidate line
+    skipped = 0
     with open(path, "rb") as f:
+        offset = 0
         for raw in f:
-            if not raw.strip():
-                continue
+            if len(raw) > MAX_LINE_BYTES:
+                skipped += 1
+            elif raw.strip():
+                found = UPDATE.match(raw)
+                lines.append((offset, len(raw), int(found.group(1)) if found else None))
+            offset += len(raw)
+        keep = choose_lines([u for _, _, u in lines], limit) if limit is not None else range(len(lines))
+        out = []
+        for k in keep:
+            f.seek(lines[k][0])
             try:
-                obj = json.loads(raw.decode("utf-8"))
+                obj = json.loads(f.read(lines[k][1]).decode("utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError):
                 skipped += 1
                 continue
@@ -84,7 +113,35 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[dict[str, Any]], int]:
                 out.append(finite(obj))
             else:
                 skipped += 1
-    return out, skipped
+    return out, skipped, len(lines) - len(keep)
+
+
+def choose_lines(updates: Sequence[int | None], limit: int) -> list[int]:
+    """Which of the lines (their ``update``, in file order) a bounded report keeps: all of them
+    when they are at most ``limit``; else the newest update's (up to half the limit) and an equal
+    share of the lines of updates spread evenly across the run, in file order.
+
+    Example:
+        >>> choose_lines([0, 0, 1, 1, 2, 2, 3, 3], 4)   # the newest update, and updates 0 and 2
+        [0, 4, 6, 7]
+    """
+    if len(updates) <= limit:
+        return list(range(len(updates)))
+    counts = Counter(updates)
+    order = sorted(counts, key=lambda u: -1 if u is None else u)
+    newest = order.pop()
+    keep_newest = min(counts[newest], max(1, limit // 2))
+    room = limit - keep_newest
+    n = min(room, len(order))  # how many of the other updates are sampled, evenly spaced
+    chosen = {order[round(i * (len(order) - 1) / max(1, n - 1))] for i in range(n)}
+    quota = {u: room // len(chosen) for u in chosen} | {newest: keep_newest}
+    out: list[int] = []
+    taken: Counter[int | None] = Counter()
+    for i, u in enumerate(updates):
+        if taken[u] < quota.get(u, 0):
+            taken[u] += 1
+            out.append(i)
+    return out
 
 
 def finite(data: Any) -> Any:
@@ -199,7 +256,7 @@ def render_html(data: dict[str, Any]) -> str:
 def write_html(path: str | os.PathLike, data: dict[str, Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(data), encoding="utf-8")
+    write_aside(path, render_html(data))
     return path
 
 
@@ -231,9 +288,14 @@ def build_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
 
     episodes: list[dict[str, Any]] = []
     if files["episodes.jsonl"].is_file():
-        episodes, bad = read_jsonl(files["episodes.jsonl"])
+        episodes, bad, left_out = read_episodes(files["episodes.jsonl"], MAX_EPISODES)
         if bad:
             skipped.append(f"{bad} unreadable lines of episodes.jsonl")
+        if left_out:
+            skipped.append(
+                f"{left_out} of {left_out + len(episodes) + bad} episodes of episodes.jsonl left out (the report "
+                f"holds at most {MAX_EPISODES}: the newest update's and a sample across the run)"
+            )
     metrics: dict[str, list[list[float]]] = {}
     if files["metrics.csv"].is_file():
         try:
@@ -249,10 +311,58 @@ def build_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
     return write_html(target, data), data["skipped"]
 
 
+class ReportServer(http.server.ThreadingHTTPServer):
+    """Serves one report from memory on 127.0.0.1: ``/`` and ``/NAME`` answer the page, every
+    other path 404, and a request whose ``Host`` is not this server's (DNS rebinding) 421. Nothing
+    on disk is served: no directory, no other file of the run, no link."""
+
+    def __init__(self, path: str | os.PathLike, port: int = 8000):
+        self.page, self.name = Path(path).read_bytes(), Path(path).name
+        super().__init__(("127.0.0.1", port), ReportHandler)
+        port = self.server_address[1]
+        self.hosts = {f"127.0.0.1:{port}", f"localhost:{port}"} | ({"127.0.0.1", "localhost"} if port == 80 else set())
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/{self.name}"
+
+
+class ReportHandler(http.server.BaseHTTPRequestHandler):
+    server: ReportServer
+
+    def do_GET(self) -> None:
+        self.answer(body=True)
+
+    def do_HEAD(self) -> None:
+        self.answer(body=False)
+
+    def answer(self, body: bool) -> None:
+        server = self.server
+        if self.headers.get("Host", "").lower() not in server.hosts:
+            status, page, kind = 421, b"unknown host\n", "text/plain; charset=utf-8"
+        elif self.path.split("?", 1)[0] in ("/", f"/{server.name}"):
+            status, page, kind = 200, server.page, "text/html; charset=utf-8"
+        else:
+            status, page, kind = 404, b"not found: this server serves one report\n", "text/plain; charset=utf-8"
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(page)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header(
+            "Content-Security-Policy",
+            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:",
+        )
+        self.end_headers()
+        if body:
+            self.wfile.write(page)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the standard library's name)
+        pass
+
+
 def serve(path: str | os.PathLike, port: int = 8000) -> None:
-    """Serves the report's directory on 127.0.0.1 (standard library only) until interrupted."""
-    path = Path(path)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(path.parent))
-    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
-        print(f"serving http://127.0.0.1:{server.server_address[1]}/{path.name} (Ctrl-C stops)", flush=True)
+    """Serves the report alone, from memory, on 127.0.0.1 (``ReportServer``) until interrupted."""
+    with ReportServer(path, port) as server:
+        print(f"serving {server.url} (Ctrl-C stops)", flush=True)
         server.serve_forever()

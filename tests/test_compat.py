@@ -226,3 +226,51 @@ def test_train_two_updates_on_a_reasoning_gym_task(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["env"] == "lmgym/ReasoningGym-v0" and summary["episodes"] == 16
+
+
+@needs_rg
+def test_a_config_that_makes_the_library_recurse_is_a_library_error_at_make():
+    with pytest.raises(LibraryError, match="basic_arithmetic.*raised RecursionError"):
+        gym.make("lmgym/ReasoningGym-v0", task="basic_arithmetic", config={"min_terms": 10**6, "max_terms": 10**6})
+
+
+@needs_rg
+def test_partial_credit_can_be_switched_off():
+    hedged = "<answer>Yes No</answer>"
+    scores = {}
+    for partial in (True, False):
+        env = gym.make("lmgym/ReasoningGym-v0", task="syllogism", partial_credit=partial)
+        rewards = []
+        for seed in range(20):
+            env.reset(seed=seed)
+            rewards.append(env.step(encode(env, hedged))[1])
+        scores[partial] = rewards
+    assert np.mean(scores[True]) > 0.2 and set(scores[False]) == {0.0}  # "Yes No" earns only with partial credit
+    env.reset(seed=0)
+    assert env.step(encode(env, env.get_wrapper_attr("oracle")()))[1] == 1.0  # full credit still pays
+
+
+@needs_ta
+@pytest.mark.parametrize("bad", ["not-a-path", "tmp-dir"])
+def test_a_textarena_model_opponent_that_is_no_model_fails_at_make(bad, tmp_path):
+    path = str(tmp_path) if bad == "tmp-dir" else "not-a-path"
+    with pytest.raises(ValueError, match=r"opponent .* (is neither 'random'|is not a model directory)"):
+        gym.make("lmgym/TextArena-v0", game="TicTacToe-v0", opponent=path)
+
+
+@needs_ta
+def test_a_textarena_model_opponent_may_be_a_gguf_file(tmp_path):
+    from lmgym.compat.textarena import ModelOpponent, as_opponent
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert isinstance(as_opponent(str(gguf)), ModelOpponent)  # checked as load_model would take it
+
+
+@needs_gem
+def test_gem_refuses_an_unknown_env_kwarg_naming_it():
+    from lmgym.compat import gem
+
+    with pytest.raises(ValueError, match="takes no env_kwargs 'bogus'; it takes: max_number, max_turns, min_number"):
+        gem.make("game:GuessTheNumber-v0-easy", env_kwargs={"bogus": 1})
+    assert gem.make("game:GuessTheNumber-v0-easy", env_kwargs={"max_turns": 3}).unwrapped.gem.max_turns == 3

@@ -105,15 +105,31 @@ def verify(path: Path) -> dict[str, Any]:
     try:
         manifest = json.loads((path / CHECKPOINT_MANIFEST).read_text())
         files = manifest["files"]
+        if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
+            raise TypeError("files is not a table of files")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"{str(path / CHECKPOINT_MANIFEST)!r} is unreadable ({type(e).__name__})") from e
     for name, expected in files.items():
-        file = path / name
+        file = member(path, name)
         if not file.is_file():
             raise CheckpointError(f"{str(file)!r} is missing")
         if file.stat().st_size != expected["bytes"] or sha256(file) != expected["sha256"]:
             raise CheckpointError(f"{str(file)!r} is damaged (it differs from what the checkpoint wrote)")
     return manifest
+
+
+def member(checkpoint: Path, name: Any) -> Path:
+    """The file ``name`` of a manifest names in ``checkpoint``: a relative path with no ``..``,
+    staying inside the checkpoint once links are resolved (``CheckpointError`` otherwise)."""
+    parts = Path(name).parts if isinstance(name, str) else ()
+    if not parts or Path(name).is_absolute() or ".." in parts or "\x00" in name:
+        raise CheckpointError(f"{str(checkpoint)!r}: its manifest names {name!r:.120}, which is not a file of it")
+    file = checkpoint / name
+    if not file.resolve().is_relative_to(checkpoint.resolve()) or any(
+        (checkpoint / Path(*parts[: k + 1])).is_symlink() for k in range(len(parts))
+    ):
+        raise CheckpointError(f"{str(checkpoint)!r}: its manifest names {name!r:.120}, a link out of the checkpoint")
+    return file
 
 
 def load_state(file: Path) -> Any:

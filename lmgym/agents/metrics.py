@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from pathlib import Path
 from typing import Any
+
+from lmgym.storage import write_aside
 
 
 class MetricsLogger:
@@ -21,7 +24,7 @@ class MetricsLogger:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.dir / "metrics.csv"
         if config:  # for lmgym view
-            (self.dir / "config.json").write_text(json.dumps(config, indent=2, default=str))
+            write_aside(self.dir / "config.json", json.dumps(config, indent=2, default=str))
         self.rows: list[dict[str, Any]] = []
         if self.csv_path.exists():  # a resumed run appends to its history
             with open(self.csv_path, newline="") as f:
@@ -47,12 +50,11 @@ class MetricsLogger:
         row = {"step": step, **metrics}
         self.rows = [r for r in self.rows if int(float(r["step"])) < step] + [row]
         columns = list(dict.fromkeys(k for r in self.rows for k in r))
-        partial = self.csv_path.with_name(f".{self.csv_path.name}.partial")
-        with open(partial, "w", newline="") as f:  # then renamed: a kill never leaves half a file
-            writer = csv.DictWriter(f, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(self.rows)
-        os.replace(partial, self.csv_path)
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(self.rows)
+        write_aside(self.csv_path, text.getvalue())  # a kill never leaves half a file; a link is replaced
         if self.tensorboard is not None:
             self.tensorboard.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
 

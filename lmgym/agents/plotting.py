@@ -4,8 +4,11 @@ evaluations' error mix, and the PPO diagnostics that say why a curve is flat."""
 from __future__ import annotations
 
 import csv
+import io
 import os
 from pathlib import Path
+
+from lmgym.storage import write_aside
 
 DIAGNOSTICS = {
     "policy/entropy": "entropy",
@@ -63,6 +66,8 @@ def plot_learning_curve(metrics_csv: str | os.PathLike, png: str | os.PathLike, 
     bottom.legend(loc="upper right", fontsize=7, ncols=2)
     bottom.set_title("diagnostics", fontsize=9)
     fig.tight_layout()
-    fig.savefig(png)
+    image = io.BytesIO()
+    fig.savefig(image, format="png")
     plt.close(fig)
+    write_aside(png, image.getvalue())  # renamed into place: a link at png is replaced, not written through
     return Path(png)

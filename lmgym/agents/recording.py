@@ -27,7 +27,9 @@ EPISODES_FILE = "episodes.jsonl"
 
 
 def append_records(path: str | os.PathLike, records: Sequence[dict[str, Any]]) -> None:
-    with open(path, "a", encoding="utf-8") as f:
+    """Appends one JSON line per record; a link at ``path`` is refused (``OSError``), never followed."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
         for record in records:
             f.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
 

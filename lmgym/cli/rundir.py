@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import os
 from pathlib import Path
 from typing import IO
 
@@ -33,7 +34,8 @@ def claim_run_dir(args: argparse.Namespace) -> IO[str]:
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        lock = open(out / ".lmgym.lock", "a+")  # noqa: SIM115 (held for the whole run)
+        fd = os.open(out / ".lmgym.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # a link: refused
+        lock = os.fdopen(fd, "a+")
     except OSError as e:
         raise UsageError(f"--out {str(out)!r}: {e.strerror or e}") from e
     try:
@@ -42,6 +44,14 @@ def claim_run_dir(args: argparse.Namespace) -> IO[str]:
         lock.close()
         raise UsageError(f"another lmgym train is writing to {str(out)!r}: wait for it, or use another --out") from e
     existing = [name for name in RUN_FILES if (out / name).exists() or (out / name).is_symlink()]
+    outside = [name for name in existing if (out / name).is_symlink() and not inside(out / name, out)]
+    if outside and not (args.overwrite and args.resume is None):  # --overwrite removes the link itself
+        lock.close()
+        name = outside[0]
+        raise UsageError(
+            f"--out {str(out)!r}: {name} is a link to {os.readlink(out / name)!r}, outside the run dir: "
+            "refused (a run writes only inside its run dir)"
+        )
     if existing and args.resume is None:
         if not args.overwrite:
             lock.close()
@@ -49,9 +59,14 @@ def claim_run_dir(args: argparse.Namespace) -> IO[str]:
                 f"--out {str(out)!r} holds a run already ({', '.join(existing[:3])}): continue it with "
                 f"--resume {out / 'checkpoints' / 'last'}, pick a new --out, or pass --overwrite to replace it"
             )
-        for name in existing:
+        for name in existing:  # checked above; links are removed as links, never followed
             remove(out / name)
     return lock
+
+
+def inside(path: Path, directory: Path) -> bool:
+    """Whether ``path``, links resolved, is ``directory`` or below it."""
+    return path.resolve().is_relative_to(directory.resolve())
 
 
 __all__ = ["RUN_FILES", "claim_run_dir"]

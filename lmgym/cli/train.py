@@ -32,6 +32,7 @@ from lmgym.cli.session import (
     set_threads,
     warn_cut_turns,
 )
+from lmgym.storage import write_aside
 
 DEFAULT_ENV = "lmgym/Calculator-v0"
 
@@ -167,12 +168,13 @@ def write_outputs(
     agent.save(out / "model", manifest={**manifest, "env_kwargs": env_kwargs})  # lmgym eval applies them
     title = f"{args.env_id}: PPO ({agent.config.estimator})"
     plot_learning_curve(out / "metrics.csv", out / "learning_curve.png", title)
-    with open(out / "transcripts.md", "w") as f:
-        for name, (_, batch) in (("before", before), ("after", after)):
-            f.write(f"## {name} training (greedy, held-out seeds)\n\n")
-            for episode in batch.episodes[:5]:
-                text = transcript(agent, episode)
-                f.write(f"seed {episode.seed}, return {episode.return_:g}:\n\n```\n{text}\n```\n\n")
+    parts = []
+    for name, (_, batch) in (("before", before), ("after", after)):
+        parts.append(f"## {name} training (greedy, held-out seeds)\n\n")
+        for episode in batch.episodes[:5]:
+            text = transcript(agent, episode)
+            parts.append(f"seed {episode.seed}, return {episode.return_:g}:\n\n```\n{text}\n```\n\n")
+    write_aside(out / "transcripts.md", "".join(parts))
 
 
 def report(args: argparse.Namespace, agent: Any, before: dict[str, Any], after: dict[str, Any], wall: float) -> None:
@@ -189,7 +191,7 @@ def report(args: argparse.Namespace, agent: Any, before: dict[str, Any], after: 
         "episodes": agent.num_episodes,
         "estimator": agent.config.estimator,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_aside(out / "summary.json", json.dumps(summary, indent=2))
     rows = [
         ["success (greedy)", f"{before['success']:.1%}", f"{after['success']:.1%}"],
         ["tool-call rate", f"{before['tool_rate']:.1%}", f"{after['tool_rate']:.1%}"],

@@ -32,6 +32,26 @@ def make(env_id: str, **kwargs: Any) -> gym.Env:
     return gym.make("lmgym/GEM-v0", env_id=env_id, **kwargs)
 
 
+def check_kwargs(env_id: str, entry_point: Any, kwargs: dict[str, Any]) -> None:
+    """``ValueError`` naming an ``env_kwargs`` key that no ``__init__`` of the GEM env's class
+    (and its bases) names: GEM's games swallow unknown keywords (``**_``) without a word."""
+    import inspect
+
+    with named_errors(f"GEM env {env_id!r}"):
+        creator = gym.envs.registration.load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+        classes = inspect.getmro(creator) if inspect.isclass(creator) else (creator,)
+        named = {
+            name
+            for c in classes
+            for name, p in inspect.signature(getattr(c, "__init__", c)).parameters.items()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name != "self"
+        }
+    unknown = sorted(set(kwargs) - named)
+    if unknown:
+        takes = ", ".join(sorted(named)) or "none"
+        raise ValueError(f"GEM env {env_id!r} takes no env_kwargs {unknown[0]!r}; it takes: {takes}")
+
+
 class GEMEnv(LMEnv):
     """A GEM env (``gem-llm``): its text in, the model's text out, its rewards.
 
@@ -85,6 +105,7 @@ class GEMEnv(LMEnv):
         registry = require("gem.envs.registration", "gem").ENV_REGISTRY
         check_name("GEM env", env_id, list(registry), "gem")
         self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
+        check_kwargs(env_id, registry[env_id].entry_point, self.env_kwargs)
         self.stop_strings = tuple(stop_strings)
         self.rng = OwnRNG()
         need = next((what for prefix, what in NEEDS.items() if env_id.startswith(prefix)), None)

@@ -33,7 +33,11 @@ class ReasoningGymEnv(LMEnv):
 
     ## Rewards
     reasoning-gym's ``score_answer`` of the text inside the tags, partial credit kept (in
-    ``[0, 1]``); ``info["correct"]`` is full credit. No tags: 0.0 and feedback, up to
+    ``[0, 1]``), or with ``partial_credit=False`` 1.0 for full credit and 0.0 otherwise;
+    ``info["correct"]`` is full credit, ``info["score"]`` the library's score. Some tasks'
+    scorers give partial credit to an answer that merely contains the reference (``syllogism``:
+    ``Yes No`` earns 0.45 on average), which RL can learn to exploit: ``partial_credit=False``
+    closes that (docs/tasks.md lists the tasks measured). No tags: 0.0 and feedback, up to
     ``max_attempts`` times, then the episode ends.
 
     ## Episode End
@@ -41,7 +45,7 @@ class ReasoningGymEnv(LMEnv):
 
     ## Arguments
     ``gym.make("lmgym/ReasoningGym-v0", task="chain_sum", config={"min_terms": 2},
-    max_attempts=1, tokenizer=None)``; ``lmgym list --tasks reasoning-gym`` names the tasks.
+    max_attempts=1, partial_credit=True, tokenizer=None)``; ``lmgym list --tasks reasoning-gym`` names the tasks.
 
     ## Version History
     - v0: first version.
@@ -57,6 +61,7 @@ class ReasoningGymEnv(LMEnv):
         task: str = "chain_sum",
         config: dict[str, Any] | None = None,
         max_attempts: int = 1,
+        partial_credit: bool = True,
         tokenizer: Any = None,
         render_mode: str | None = None,
         max_action_tokens: int | None = None,
@@ -67,7 +72,7 @@ class ReasoningGymEnv(LMEnv):
         check_name("reasoning-gym task", task, names, "reasoning-gym")
         if max_attempts < 0:
             raise ValueError(f"max_attempts must be >= 0, got {max_attempts}")
-        self.task, self.max_attempts = task, int(max_attempts)
+        self.task, self.max_attempts, self.partial_credit = task, int(max_attempts), bool(partial_credit)
         self.config = {"seed": 0, **(config or {})}
         self.finite = "size" in self.config  # else one instance per seed, made at reset
         self.dataset = self._dataset(self.config if self.finite else {**self.config, "size": 1})
@@ -81,13 +86,17 @@ class ReasoningGymEnv(LMEnv):
         every reset, instead of one made per reset (some tasks load files when made)."""
         base = int(self.config["seed"])
         for offset in (1, 2, 3):
-            fresh = self._dataset({**self.config, "seed": base + offset, "size": 1})[0]
+            fresh = self._item(self._dataset({**self.config, "seed": base + offset, "size": 1}), 0)
             self.dataset.seed = base + offset
-            mine = self.dataset[0]
+            mine = self._item(self.dataset, 0)
             if (mine["question"], mine["answer"]) != (fresh["question"], fresh["answer"]):
                 self.dataset = self._dataset({**self.config, "size": 1})
                 return False
         return True
+
+    def _item(self, dataset: Any, index: int) -> dict[str, Any]:
+        with named_errors(f"reasoning-gym task {self.task!r} (item {index}, config {self.config})"):
+            return dataset[index]
 
     def _dataset(self, config: dict[str, Any]) -> Any:
         rg = require("reasoning_gym", "reasoning-gym")
@@ -112,8 +121,7 @@ class ReasoningGymEnv(LMEnv):
             self.dataset.seed = int(self.config["seed"]) + index
         elif not self.finite:
             self.dataset = self._dataset({**self.config, "seed": int(self.config["seed"]) + index, "size": 1})
-        with named_errors(f"reasoning-gym task {self.task!r} (item {index})"):
-            self.entry = self.dataset[index % len(self.dataset) if self.finite else 0]
+        self.entry = self._item(self.dataset, index % len(self.dataset) if self.finite else 0)
         self.attempts = 0
         question = str(self.entry["question"]).rstrip()
         prompt = f"{question}\nAnswer inside <answer></answer>.\n"
@@ -130,7 +138,8 @@ class ReasoningGymEnv(LMEnv):
         with named_errors(f"reasoning-gym task {self.task!r} scoring", answer):
             score = float(self.dataset.score_answer(answer=answer, entry=self.entry))
         score = min(1.0, max(0.0, score)) if score == score else 0.0  # NaN or out of range: the library's bug
-        return "", score, True, False, {"answer": answer, "correct": score >= 1.0, "score": score}
+        reward = score if self.partial_credit else float(score >= 1.0)
+        return "", reward, True, False, {"answer": answer, "correct": score >= 1.0, "score": score}
 
     def oracle(self) -> str:
         """The dataset's answer in the tags."""

@@ -8,6 +8,7 @@ move, then lets the opponent move until it is the model's turn again or the game
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from collections.abc import Callable
@@ -47,11 +48,15 @@ class RandomPlayer:
 
 
 class ModelOpponent:
-    """An opponent played by a model saved by lmgym (greedy, up to ``max_new_tokens``), loaded on first use."""
+    """An opponent played by a model (greedy, up to ``max_new_tokens``): whatever
+    ``lmgym.agents.models.load_model`` loads (an HF model dir, a dir saved by lmgym, LoRA
+    adapters included, a ``.gguf`` file). The path is checked when the env is made (a causal LM
+    config, a tokenizer); the weights load on the first move."""
 
     def __init__(self, path: str, max_new_tokens: int = 32):
         self.path, self.max_new_tokens = path, max_new_tokens
         self.model: Any = None
+        check_model_path(path)
 
     def __call__(self, observation: str) -> str:
         import torch
@@ -59,9 +64,9 @@ class ModelOpponent:
         from lmgym.tokenizers import load_tokenizer
 
         if self.model is None:
-            from transformers import AutoModelForCausalLM
+            from lmgym.agents.models import load_model
 
-            self.model = AutoModelForCausalLM.from_pretrained(self.path).eval()
+            self.model = load_model(self.path, trainable=False).eval()
             self.tokenizer = load_tokenizer(self.path)
         ids = self.tokenizer.encode(observation)[-(self.model.config.max_position_embeddings - self.max_new_tokens) :]
         with torch.no_grad():
@@ -74,16 +79,37 @@ class ModelOpponent:
         return self.tokenizer.decode(out[0, len(ids) :].tolist())
 
 
+def check_model_path(path: str) -> None:
+    """``ValueError`` unless ``path`` is a model lmgym loads: a ``.gguf`` file, a dir of LoRA
+    adapters saved by lmgym, or a dir whose config is a causal LM's and whose tokenizer loads."""
+    from lmgym.gguf import is_gguf
+
+    if is_gguf(path):
+        return
+    if not os.path.isdir(path):
+        raise ValueError(f"opponent {path!r} is neither 'random', a model directory nor a .gguf file")
+    if os.path.isfile(os.path.join(path, "adapter_config.json")):
+        return
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
+
+    from lmgym.tokenizers import load_tokenizer
+
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"opponent {path!r} is not a model directory ({str(e).splitlines()[0]:.150})") from e
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        raise ValueError(f"opponent {path!r} holds a {type(config).__name__}, not a causal language model")
+    load_tokenizer(path)  # a model without a usable tokenizer fails here, in one line
+
+
 def as_opponent(opponent: Any, seed: int = 0) -> Callable[[str], str] | None:
     if opponent is None or callable(opponent):
         return opponent
     if opponent == "random":
         return RandomPlayer(seed)
-    if isinstance(opponent, str):
-        import os
-
-        if os.path.isdir(opponent):
-            return ModelOpponent(opponent)
+    if isinstance(opponent, (str, os.PathLike)):
+        return ModelOpponent(str(opponent))
     raise ValueError(f"opponent must be a callable str -> str, 'random' or a saved model's path, got {opponent!r:.80}")
 
 
