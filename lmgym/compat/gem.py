@@ -105,11 +105,12 @@ class GEMEnv(LMEnv):
         registry = require("gem.envs.registration", "gem").ENV_REGISTRY
         check_name("GEM env", env_id, list(registry), "gem")
         self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
-        check_kwargs(env_id, registry[env_id].entry_point, self.env_kwargs)
         self.stop_strings = tuple(stop_strings)
         self.rng = OwnRNG()
         need = next((what for prefix, what in NEEDS.items() if env_id.startswith(prefix)), None)
         try:
+            if self.env_kwargs:
+                check_kwargs(env_id, registry[env_id].entry_point, self.env_kwargs)
             with self.rng, named_errors(f"GEM env {env_id!r}"):
                 self.gem = require("gem", "gem").make(env_id, **self.env_kwargs)
         except LibraryError as e:
