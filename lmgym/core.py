@@ -9,9 +9,11 @@ keeps the transcript (``prompt + action_1 + obs_1 + ...``) that ``render()`` sho
 from __future__ import annotations
 
 import functools
+import queue
 import threading
+import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -75,10 +77,17 @@ def fit_text(text: str, max_length: int) -> str:
     return (text[: max(0, max_length - len(note))] + note)[-max_length:] if max_length > 0 else ""
 
 
+ABANDONED: list[Callable[[int], None]] = []
+"""Called with the thread id of a call ``call_with_timeout`` gave up on: whatever lock that
+thread holds and the rest of the process needs (``lmgym.compat.OwnRNG``'s) is released to the
+others here, since a Python thread cannot be killed."""
+
+
 def call_with_timeout(fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> tuple[bool, Any]:
     """``(True, fn(*args))``, or ``(False, None)`` when ``fn`` has not returned after ``timeout``
-    seconds (it is left running in a daemon thread, which cannot block the process's exit). An
-    exception ``fn`` raises is raised here. ``timeout=None`` calls ``fn`` directly.
+    seconds (it is left running in a daemon thread, which cannot block the process's exit, and
+    the ``ABANDONED`` hooks hear of it). An exception ``fn`` raises is raised here.
+    ``timeout=None`` calls ``fn`` directly.
 
     Example:
         >>> import time
@@ -99,10 +108,96 @@ def call_with_timeout(fn: Callable[..., Any], *args: Any, timeout: float | None 
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
+        for hook in ABANDONED:
+            hook(cast(int, thread.ident))
         return False, None
     if "error" in box:
         raise box["error"]
     return True, box["value"]
+
+
+class Worker:
+    """A daemon thread that runs calls one at a time, each with a deadline: ``call_with_timeout``
+    for a caller that makes many calls (an env's steps) without starting a thread for each.
+
+    A call past its deadline is given up on: its thread is left to finish it (a Python thread
+    cannot be killed; the ``ABANDONED`` hooks hear of it) and the next call starts a new thread.
+
+    Example:
+        >>> import time
+        >>> worker = Worker()
+        >>> worker.call(sum, [1, 2], timeout=1.0), worker.call(time.sleep, 5, timeout=0.05)
+        ((True, 3), (False, None))
+        >>> worker.call(abs, -4, timeout=1.0)
+        (True, 4)
+    """
+
+    def __init__(self, name: str = "lmgym-worker"):
+        self.name = name
+        self.inbox: queue.SimpleQueue | None = None
+        self.thread: threading.Thread | None = None
+
+    def call(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None, **kwargs: Any) -> tuple[bool, Any]:
+        """``(True, fn(*args, **kwargs))``, or ``(False, None)`` past ``timeout`` seconds; what
+        ``fn`` raises is raised here."""
+        if self.thread is None:
+            inbox: queue.SimpleQueue = queue.SimpleQueue()
+            self.inbox, self.thread = inbox, threading.Thread(target=_serve, args=(inbox,), daemon=True, name=self.name)
+            self.thread.start()
+            weakref.finalize(self, inbox.put, None)  # the thread ends with its worker
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        cast(queue.SimpleQueue, self.inbox).put((fn, args, kwargs, box, done))
+        if not done.wait(timeout):
+            ident = cast(int, cast(threading.Thread, self.thread).ident)
+            cast(queue.SimpleQueue, self.inbox).put(None)  # it ends after the stuck call, if that ever returns
+            self.inbox = self.thread = None
+            for hook in ABANDONED:
+                hook(ident)
+            return False, None
+        if "error" in box:
+            raise box["error"]
+        return True, box["value"]
+
+    def close(self) -> None:
+        if self.inbox is not None:
+            self.inbox.put(None)
+        self.inbox = self.thread = None
+
+
+def _serve(inbox: queue.SimpleQueue) -> None:
+    while (job := inbox.get()) is not None:
+        fn, args, kwargs, box, done = job
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 (raised in the caller's thread)
+            box["error"] = e
+        done.set()
+
+
+class EnvError(RuntimeError):
+    """An env failed: its ``reset`` or ``step`` raised (a reward function, a transform, a tool,
+    a library), or returned what the Gym API does not allow. The message names the sub-env of
+    its vector env, the env id, the seed, the turn and the action (cut); the original exception
+    is chained (``__cause__``)."""
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        index: int | None = None,
+        env_id: str | None = None,
+        seed: int | None = None,
+        turn: int | None = None,
+        action: str | None = None,
+    ):
+        self.problem, self.index, self.env_id, self.seed, self.turn, self.action = (
+            problem, index, env_id, seed, turn, action,
+        )  # fmt: skip
+        where = [f"sub-env {index}" if index is not None else "an env", env_id or "(no id)"]
+        where += [f"seed {seed}"] + ([f"turn {turn}"] if turn is not None else [])
+        on = f" on the action {action[:200]!r}" if action is not None else ""
+        super().__init__(f"{where[0]} ({', '.join(where[1:])}){on}: {problem}")
 
 
 def check_timeout(name: str, value: float | None) -> float | None:

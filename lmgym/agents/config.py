@@ -44,7 +44,29 @@ class RolloutConfig:
     only where tools are slow next to generation (``benchmarks/tools.py``). It decodes through
     the HF engine's per-row API, so a ``generate`` override is not used there."""
 
+    step_timeout: float | None = 300.0
+    """Seconds an env's ``step`` or ``reset`` may take (``lmgym.vector.Guarded``): a step past it
+    ends its episode as truncated (reward 0, ``info["timeout"]``, counted in ``env/timeouts``) and
+    the env is replaced by a fresh one from its factory. No normal step comes near 300 s (a
+    sandboxed tool call is killed at 10 s); a stall still ends. ``None``: 300 s."""
+    on_env_error: str = "raise"
+    """What an env that raises (or returns what the Gym API does not allow) does to ``collect``:
+    ``"raise"``, one ``lmgym.core.EnvError`` naming the sub-env, env id, seed, turn and action;
+    ``"skip"``, its episode (its whole group) is dropped and counted (``env/skipped``) and the env
+    replaced, up to ``max_env_errors``."""
+    max_env_errors: float = 0.25
+    """With ``on_env_error="skip"``: the share of a ``collect``'s episodes that may be dropped;
+    past it the run stops with the first error."""
+
     def __post_init__(self) -> None:
+        from lmgym.vector import ON_ERROR
+
+        if self.on_env_error not in ON_ERROR:
+            raise ValueError(f"on_env_error must be one of {ON_ERROR}, got {self.on_env_error!r}")
+        if self.step_timeout is not None and not self.step_timeout > 0:
+            raise ValueError(f"step_timeout must be a positive number of seconds or None, got {self.step_timeout}")
+        if not 0 <= self.max_env_errors <= 1:
+            raise ValueError(f"max_env_errors must be in [0, 1], got {self.max_env_errors}")
         if not isinstance(self.generation_kwargs, dict):
             raise ValueError(
                 f"generation_kwargs must be a dict of keyword arguments, got {self.generation_kwargs!r:.80}"
@@ -137,6 +159,9 @@ MOVED: dict[str, tuple[str, str]] = {
     "max_new_tokens": ("rollout", "max_new_tokens"),
     "max_context_tokens": ("rollout", "max_context_tokens"),
     "overlap_rollout": ("rollout", "overlap"),
+    "step_timeout": ("rollout", "step_timeout"),
+    "on_env_error": ("rollout", "on_env_error"),
+    "max_env_errors": ("rollout", "max_env_errors"),
     "engine_kwargs": ("engine", "kwargs"),
     "reuse_kv_cache": ("engine", "reuse_kv_cache"),
     "peft_config": ("model", "peft_config"),

@@ -18,9 +18,10 @@ are the ones the wave-by-wave rollout gives.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
@@ -30,8 +31,9 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 from lmgym.agents.engines import Engine, Generation, HFEngine, stream_key
 from lmgym.agents.trajectories import Episode, EpisodeBuilder, Trajectories
+from lmgym.core import EnvError
 from lmgym.tokenizers import as_tokenizer
-from lmgym.vector import ConcurrentVectorEnv
+from lmgym.vector import ConcurrentVectorEnv, Guarded, guard
 
 if TYPE_CHECKING:
     from lmgym.agents.config import PPOConfig
@@ -93,6 +95,9 @@ class RolloutCollector:
                 episodes (``{"do_sample": False}`` for greedy evaluation).
         """
         vec = as_vector_env(envs)
+        rollout = self.config.rollout
+        guarded = guard(vec, rollout.step_timeout, rollout.on_env_error)
+        before = sum((g.faults for g in guarded), Counter())
         contract = self.env_contract(vec, generation_kwargs)
         k = group_size or self.config.group_size or 1
         if vec.num_envs % k or num_episodes % k:
@@ -110,7 +115,30 @@ class RolloutCollector:
         while len(episodes) < num_episodes:
             wave = slice(len(episodes), len(episodes) + min(vec.num_envs, num_episodes - len(episodes)))
             episodes += self.run_episodes(vec, episode_seeds[wave], contract, k, len(episodes) // k, keys[wave])
-        return Trajectories(episodes, self.tokenizer)
+        new = sum((g.faults for g in guarded), Counter()) - before
+        kept = self.drop_failed(episodes)
+        faults = {
+            "timeouts": new["timeouts"],
+            "reset_timeouts": new["reset_timeouts"],
+            "skipped": len(episodes) - len(kept),
+        }
+        return Trajectories(kept, self.tokenizer, faults)
+
+    def drop_failed(self, episodes: list[Episode]) -> list[Episode]:
+        """The episodes without an env error (``on_env_error="skip"``), whole groups dropped;
+        ``EnvError`` when more than ``max_env_errors`` of them failed."""
+        failed = [e for e in episodes if e.infos and "env_error" in e.infos[-1]]
+        if not failed:
+            return episodes
+        groups = {e.group for e in failed}
+        kept = [e for e in episodes if e.group not in groups]
+        limit = self.config.rollout.max_env_errors
+        if len(episodes) - len(kept) > limit * len(episodes):
+            raise EnvError(
+                f"{len(episodes) - len(kept)} of {len(episodes)} episodes dropped for env errors, more than "
+                f"max_env_errors={limit:g} of them; the first: {failed[0].infos[-1]['env_error']}"
+            )
+        return kept
 
     def next_seeds(self, n: int) -> list[int]:
         """Fresh training seeds (below ``EVAL_SEED_OFFSET``), reproducible from ``config.seed``."""
@@ -153,7 +181,8 @@ class RolloutCollector:
         is over get a one-token EOS action and their transitions are ignored. ``keys``: each
         episode's sampling stream (drawn from torch's RNG when not given)."""
         n, k, tok = vec.num_envs, group_size, self.tokenizer
-        obs, _ = vec.reset(seed=cast(Any, seeds + [None] * (n - len(seeds))))  # one seed per sub-env
+        with named_vector_errors(vec, seeds):
+            obs, _ = vec.reset(seed=cast(Any, seeds + [None] * (n - len(seeds))))  # one seed per sub-env
         builders = [
             EpisodeBuilder(tok.encode(obs[i]) or [tok.eos_token_id], seeds[i], first_group + i // k)
             for i in range(len(seeds))
@@ -170,7 +199,8 @@ class RolloutCollector:
             batch = [idle] * n
             for i, turn in zip(live, turns):
                 batch[i] = np.array(turn.tokens or [tok.eos_token_id], dtype=np.int64)
-            obs, rewards, terminated, truncated, infos = vec.step(tuple(batch))
+            with named_vector_errors(vec, seeds):
+                obs, rewards, terminated, truncated, infos = vec.step(tuple(batch))
             for i, turn in zip(list(live), turns):
                 ended = bool(terminated[i] or truncated[i])
                 final = infos["final_obs"][i] if ended and same_step else obs[i]
@@ -254,7 +284,7 @@ class RolloutCollector:
         engine = cast(HFEngine, self.engine)
         tok, budget, stops = self.tokenizer, contract["max_new_tokens"], contract["stop_strings"]
         kwargs = {**self.config.rollout.sampling_kwargs, **contract["generation_kwargs"]}
-        envs = [cast(gym.Wrapper, env).env for env in vec.envs]  # past ConcurrentVectorEnv's Prefetched
+        envs = cast(list[Guarded], vec.envs)  # their steps run here, not through vec.step
         todo = deque(range(len(seeds)))  # episodes not started
         playing: list[int] = [-1] * len(envs)  # the episode each row (env) plays
         builders: dict[int, EpisodeBuilder] = {}
@@ -272,7 +302,8 @@ class RolloutCollector:
         with engine.decoding():
             while engine.turns or pending or ready:
                 for r, done in engine.step(kwargs, stops, budget).items():
-                    pending[vec.pool.submit(envs[r].step, np.array(done.tokens, dtype=np.int64))] = (r, done)
+                    action = np.array(done.tokens, dtype=np.int64)
+                    pending[vec.pool.submit(Guarded.step, envs[r], action)] = (r, done)
                 if pending and not engine.turns and not ready:  # nothing to decode: wait for an env
                     wait(pending, return_when=FIRST_COMPLETED)
                 for future in [f for f in pending if f.done()]:
@@ -303,6 +334,21 @@ class RolloutCollector:
 
 
 # ------------------------------------------------------------------------------------ helpers
+@contextmanager
+def named_vector_errors(vec: VectorEnv, seeds: list[int]) -> Iterator[None]:
+    """An error of a vector env whose sub-envs are not guarded (an ``AsyncVectorEnv``'s, raised
+    from another process) as an ``EnvError`` naming the env and the wave's seeds."""
+    try:
+        yield
+    except EnvError:
+        raise
+    except Exception as e:
+        raise EnvError(
+            f"the vector env raised {type(e).__name__}: {str(e)[:500]} (a sub-env of the wave of seeds {seeds[:8]})",
+            env_id=env_id_of(vec),
+        ) from e
+
+
 def plain_info(info: dict[str, Any]) -> dict[str, Any]:
     """A sub-env's info as a vector env's info reads back for it (numpy scalars as Python's)."""
     return {

@@ -186,9 +186,14 @@ class Trajectories:
             episodes.append(Episode(torch.cat([q, r]), action_mask, [last], [float(rewards[i])], group=i))
         return cls(episodes, tokenizer)
 
-    def __init__(self, episodes: list[Episode], tokenizer: Tokenizer | None = None):
+    def __init__(
+        self, episodes: list[Episode], tokenizer: Tokenizer | None = None, faults: dict[str, int] | None = None
+    ):
         self.episodes = list(episodes)
         self.tokenizer = tokenizer  # set by collect; to_html needs it to show the text
+        self.faults = {"timeouts": 0, "reset_timeouts": 0, "skipped": 0, **(faults or {})}
+        """What went wrong while collecting: steps and resets past their deadline, episodes dropped
+        for an env error (``PPOConfig.rollout.on_env_error="skip"``)."""
 
     def __len__(self) -> int:
         return len(self.episodes)
@@ -200,10 +205,11 @@ class Trajectories:
         return self.episodes[i]
 
     def __add__(self, other: Trajectories) -> Trajectories:
-        return Trajectories(self.episodes + other.episodes, self.tokenizer or other.tokenizer)
+        faults = {k: self.faults.get(k, 0) + other.faults.get(k, 0) for k in {*self.faults, *other.faults}}
+        return Trajectories(self.episodes + other.episodes, self.tokenizer or other.tokenizer, faults)
 
     def filter(self, keep: Callable[[Episode], bool]) -> Trajectories:
-        return Trajectories([e for e in self.episodes if keep(e)], self.tokenizer)
+        return Trajectories([e for e in self.episodes if keep(e)], self.tokenizer, self.faults)
 
     def to_html(
         self,
@@ -237,6 +243,7 @@ class Trajectories:
             "env/turns": sum(len(e.rewards) for e in self) / n,
             "env/action_tokens": sum(e.num_action_tokens for e in self) / n,
             "env/truncated": sum(e.truncated for e in self) / n,
+            **{f"env/{kind}": float(count) for kind, count in self.faults.items()},
         }
 
     def __repr__(self) -> str:

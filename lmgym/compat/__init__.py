@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from lmgym.core import ABANDONED
+
 # id -> (entry point, max_episode_steps, extra, module)
 COMPAT: dict[str, tuple[str, int, str, str]] = {
     "lmgym/ReasoningGym-v0": ("lmgym.compat.reasoning_gym:ReasoningGymEnv", 16, "reasoning-gym", "reasoning_gym"),
@@ -101,11 +103,21 @@ class OwnRNG:
 
     LOCK = threading.RLock()
     """Held while a library draws from the global RNG, so envs stepped in threads
-    (``ConcurrentVectorEnv``) never see each other's state."""
+    (``ConcurrentVectorEnv``) never see each other's state. A call that never returns (a step
+    past its deadline, abandoned) would hold it forever: ``abandon`` hands the others a new one."""
+    owner: int | None = None
+    depth = 0
 
     def __init__(self) -> None:
         self.state: tuple[Any, Any] | None = None
-        self.saved: list[tuple[Any, Any]] = []
+        self.saved: list[tuple[Any, Any, threading.RLock]] = []
+
+    @classmethod
+    def abandon(cls, thread_id: int) -> None:
+        """The thread ``thread_id`` was given up on (``lmgym.core.ABANDONED``): if it holds the
+        lock, the other envs get a fresh one (its own release, if it ever comes, frees the old)."""
+        if cls.owner == thread_id:
+            cls.LOCK, cls.owner, cls.depth = threading.RLock(), None, 0
 
     def seed(self, seed: int) -> None:
         with self:
@@ -113,8 +125,11 @@ class OwnRNG:
             np.random.seed(seed % 2**32)
 
     def __enter__(self) -> OwnRNG:
-        self.LOCK.acquire()
-        self.saved.append((random.getstate(), np.random.get_state()))
+        lock = OwnRNG.LOCK
+        lock.acquire()
+        if lock is OwnRNG.LOCK:
+            OwnRNG.owner, OwnRNG.depth = threading.get_ident(), OwnRNG.depth + 1
+        self.saved.append((random.getstate(), np.random.get_state(), lock))
         if self.state is not None:
             random.setstate(self.state[0])
             np.random.set_state(self.state[1])
@@ -122,10 +137,16 @@ class OwnRNG:
 
     def __exit__(self, *exc: Any) -> None:
         self.state = (random.getstate(), np.random.get_state())
-        python, numpy = self.saved.pop()
+        python, numpy, lock = self.saved.pop()
         random.setstate(python)
         np.random.set_state(numpy)
-        self.LOCK.release()
+        if lock is OwnRNG.LOCK:  # else this thread was abandoned and the others hold a new lock
+            OwnRNG.depth -= 1
+            OwnRNG.owner = None if OwnRNG.depth == 0 else OwnRNG.owner
+        lock.release()
+
+
+ABANDONED.append(OwnRNG.abandon)
 
 
 @contextmanager
