@@ -195,7 +195,7 @@ class EnvError(RuntimeError):
             problem, index, env_id, seed, turn, action,
         )  # fmt: skip
         where = [f"sub-env {index}" if index is not None else "an env", env_id or "(no id)"]
-        where += [f"seed {seed}"] + ([f"turn {turn}"] if turn is not None else [])
+        where += ([f"seed {seed}"] if seed is not None else []) + ([f"turn {turn}"] if turn is not None else [])
         on = f" on the action {action[:200]!r}" if action is not None else ""
         super().__init__(f"{where[0]} ({', '.join(where[1:])}){on}: {problem}")
 

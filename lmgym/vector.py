@@ -7,8 +7,9 @@ left running as a daemon, and a lock it holds that other envs need, ``lmgym.comp
 is handed to them anew) and a fresh env is made from its factory. A reset past its deadline is
 retried once in a fresh env. What a sub-env raises, or returns that the Gym API does not allow,
 comes out as one ``lmgym.core.EnvError`` naming the sub-env, the env id, the seed, the turn and
-the action, the original exception chained; with ``on_error="skip"`` a failing step ends the
-episode instead, ``info["env_error"]`` saying why (the agent drops such episodes, up to a limit).
+the action, the original exception chained; with ``on_error="skip"`` a failing step (or reset)
+ends the episode instead, truncated, ``info["env_error"]`` saying why, and the env is replaced
+(the agent drops such episodes, up to a limit).
 
 ``ConcurrentVectorEnv`` is a ``SyncVectorEnv`` of guarded sub-envs whose steps run in threads:
 a step of an env with a tool (the sandboxed Python tool, a search, a test run) mostly waits on a
@@ -71,6 +72,7 @@ class Guarded(gym.Wrapper):
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
         self.seed: int | None = None
         self.turn = 0
+        self.broken: str | None = None  # why its last reset failed, with on_error="skip"
         self.faults: Counter[str] = Counter()
         self.worker = Worker(f"lmgym-env-{index}")  # runs the env's calls, each with a deadline
 
@@ -84,24 +86,25 @@ class Guarded(gym.Wrapper):
         return self.step_timeout or DEFAULT_STEP_TIMEOUT
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
-        self.seed, self.turn = seed, 0
+        self.seed, self.turn, self.broken = seed, 0, None
         for attempt in (1, 2):
             try:
                 done, result = self.worker.call(self.env.reset, seed=seed, options=options, timeout=self.deadline)
             except Exception as e:
-                raise self.error(f"reset raised {type(e).__name__}: {str(e)[:500]}") from e
+                return self.failed_reset(self.error(f"reset raised {type(e).__name__}: {str(e)[:500]}"), e)
             if done:
                 problem = reset_problem(result, self.observation_space)
-                if problem:
-                    raise self.error(problem)
-                return result
+                return self.failed_reset(self.error(problem)) if problem else result
             self.faults["reset_timeouts"] += 1
             if attempt == 1:
                 self.replace(f"reset did not return within {self.deadline:g} s")
-        raise self.error(f"reset did not return within {self.deadline:g} s, twice (in a fresh env the second time)")
+        why = f"reset did not return within {self.deadline:g} s, twice (in a fresh env the second time)"
+        return self.failed_reset(self.error(why))
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         self.turn += 1
+        if self.broken is not None:  # its reset failed (on_error="skip"): the episode ends here
+            return "", 0.0, False, True, {"env_error": self.broken}
         try:
             done, result = self.worker.call(self.env.step, action, timeout=self.deadline)
         except Exception as e:
@@ -124,6 +127,16 @@ class Guarded(gym.Wrapper):
         self.faults["errors"] += 1
         self.replace(str(error))
         return "", 0.0, False, True, {"env_error": str(error)}
+
+    def failed_reset(self, error: EnvError, cause: BaseException | None = None) -> tuple[Any, dict]:
+        """``on_error="skip"``: the episode starts empty in a fresh env and its first step ends it,
+        truncated, with ``info["env_error"]``; else ``error`` is raised."""
+        if self.on_error != "skip":
+            raise error from cause
+        self.faults["errors"] += 1
+        self.replace(str(error))
+        self.broken = str(error)
+        return "", {"env_error": str(error)}
 
     def replace(self, why: str) -> None:
         """Abandons the env for a fresh one from the factory (the old one closed in the background)."""

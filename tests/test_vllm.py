@@ -153,6 +153,29 @@ def test_close_stops_vllm_and_removes_its_dir(agent):  # last of the module's en
     assert not os.path.exists(directory) and not hasattr(agent.engine, "llm")
 
 
+def test_a_dead_engine_is_named_within_seconds_and_close_still_cleans_up():
+    import signal
+    import threading
+    import time
+
+    from lmgym.agents.engines import EngineDied
+
+    agent = PPOAgent(llama(), tokenizer=TOK, config=PPOConfig(engine="vllm", seed=0, engine_kwargs=EAGER))
+    envs = gym.make_vec("lmgym/Echo-v0", num_envs=4, tokenizer=TOK, length=8, max_action_tokens=8)
+    assert len(agent.collect(envs, 8)) == 8
+    (core,) = agent.engine.llm.llm_engine.engine_core.resources.engine_manager.processes
+    threading.Timer(0.3, os.kill, (core.pid, signal.SIGKILL)).start()  # mid-collect
+    start = time.perf_counter()
+    with pytest.raises(EngineDied, match=r"the vLLM engine's process died .* the end of its log, .*engine\.log:\n"):
+        for _ in range(1000):
+            agent.collect(envs, 8)
+    assert time.perf_counter() - start < 30  # (it took under a second here: vLLM's monitor notices at once)
+    directory = agent.engine.dir
+    agent.close()
+    assert not os.path.exists(directory)
+    envs.close()
+
+
 def test_lmgym_train_with_vllm_runs_two_updates(tmp_path):
     out = tmp_path / "run"
     result = subprocess.run(

@@ -436,24 +436,30 @@ class PPOAgent:
             if self.accelerator.is_main_process:
                 print(f"resumed from {resumed} (update {self.num_updates}, {self.num_episodes} episodes)")
         own = run_callbacks(self, envs, total_episodes, callbacks, log_dir, checkpoint_dir, progress_bar)
-        while self.num_episodes < total_episodes:
-            self.anneal_learning_rate(total_episodes)
-            started = time.perf_counter()
-            batch = self.collect(envs, self.next_batch_size(total_episodes))
-            collect_time = time.perf_counter() - started
-            if fire(callbacks, "on_collect", self, batch) is False:
-                break
-            metrics = self.update(batch)
-            self.num_episodes += len(batch)
-            metrics.update({"time/collect": collect_time, "env/episodes": self.num_episodes})
-            stop = fire(callbacks, "on_update", self, metrics) is False  # a callback may add metrics
+        try:
+            while self.num_episodes < total_episodes:
+                if not self.learn_step(envs, total_episodes, callbacks, own):
+                    break
+        finally:  # metrics written so far are flushed, the bar closed, even when an env fails
             for cb in own:
-                cb.after_update(self, batch, metrics, last=stop or self.num_episodes >= total_episodes)
-            if stop:
-                break
-        for cb in own:
-            cb.close()
+                cb.close()
         return self
+
+    def learn_step(self, envs: gym.Env | VectorEnv, total_episodes: int, callbacks: list, own: list) -> bool:
+        """One collect and update of ``learn``, with its callbacks; ``False`` when one says stop."""
+        self.anneal_learning_rate(total_episodes)
+        started = time.perf_counter()
+        batch = self.collect(envs, self.next_batch_size(total_episodes))
+        collect_time = time.perf_counter() - started
+        if fire(callbacks, "on_collect", self, batch) is False:
+            return False
+        metrics = self.update(batch)
+        self.num_episodes += len(batch)
+        metrics.update({"time/collect": collect_time, "env/episodes": self.num_episodes})
+        stop = fire(callbacks, "on_update", self, metrics) is False  # a callback may add metrics
+        for cb in own:
+            cb.after_update(self, batch, metrics, last=stop or self.num_episodes >= total_episodes)
+        return not stop
 
     def next_batch_size(self, total_episodes: int) -> int:
         """Episodes of the next update: ``episodes_per_update``, fewer at the end, whole groups."""

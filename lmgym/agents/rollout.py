@@ -133,7 +133,7 @@ class RolloutCollector:
         groups = {e.group for e in failed}
         kept = [e for e in episodes if e.group not in groups]
         limit = self.config.rollout.max_env_errors
-        if len(episodes) - len(kept) > limit * len(episodes):
+        if not kept or len(episodes) - len(kept) > limit * len(episodes):
             raise EnvError(
                 f"{len(episodes) - len(kept)} of {len(episodes)} episodes dropped for env errors, more than "
                 f"max_env_errors={limit:g} of them; the first: {failed[0].infos[-1]['env_error']}"
@@ -164,6 +164,7 @@ class RolloutCollector:
             "max_new_tokens": int(budget or max_tokens),
             "autoreset": vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP),
             "generation_kwargs": dict(generation_kwargs or {}),
+            "env_id": env_id_of(vec),  # named in errors
         }
 
     # ---------------------------------------------------------------------------------- waves
@@ -181,7 +182,7 @@ class RolloutCollector:
         is over get a one-token EOS action and their transitions are ignored. ``keys``: each
         episode's sampling stream (drawn from torch's RNG when not given)."""
         n, k, tok = vec.num_envs, group_size, self.tokenizer
-        with named_vector_errors(vec, seeds):
+        with named_vector_errors(contract["env_id"], seeds):
             obs, _ = vec.reset(seed=cast(Any, seeds + [None] * (n - len(seeds))))  # one seed per sub-env
         builders = [
             EpisodeBuilder(tok.encode(obs[i]) or [tok.eos_token_id], seeds[i], first_group + i // k)
@@ -199,7 +200,7 @@ class RolloutCollector:
             batch = [idle] * n
             for i, turn in zip(live, turns):
                 batch[i] = np.array(turn.tokens or [tok.eos_token_id], dtype=np.int64)
-            with named_vector_errors(vec, seeds):
+            with named_vector_errors(contract["env_id"], seeds):
                 obs, rewards, terminated, truncated, infos = vec.step(tuple(batch))
             for i, turn in zip(list(live), turns):
                 ended = bool(terminated[i] or truncated[i])
@@ -335,7 +336,7 @@ class RolloutCollector:
 
 # ------------------------------------------------------------------------------------ helpers
 @contextmanager
-def named_vector_errors(vec: VectorEnv, seeds: list[int]) -> Iterator[None]:
+def named_vector_errors(env_id: str | None, seeds: list[int]) -> Iterator[None]:
     """An error of a vector env whose sub-envs are not guarded (an ``AsyncVectorEnv``'s, raised
     from another process) as an ``EnvError`` naming the env and the wave's seeds."""
     try:
@@ -345,7 +346,7 @@ def named_vector_errors(vec: VectorEnv, seeds: list[int]) -> Iterator[None]:
     except Exception as e:
         raise EnvError(
             f"the vector env raised {type(e).__name__}: {str(e)[:500]} (a sub-env of the wave of seeds {seeds[:8]})",
-            env_id=env_id_of(vec),
+            env_id=env_id,
         ) from e
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import lmgym
 from lmgym.cli import envs, evaluate, export, train, view
-from lmgym.cli.options import UsageError, parse_kwargs
+from lmgym.cli.options import RunError, UsageError, import_env_module, parse_kwargs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,10 +32,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "env_id", None):
+            args.env_id = import_env_module(args.env_id)
         args.func(args)
     except UsageError as e:
         print(f"lmgym {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except RunError as e:
+        print(f"lmgym {args.command}: failed: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # e.g. `lmgym list | head`
@@ -43,4 +48,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["UsageError", "build_parser", "main", "parse_kwargs"]
+__all__ = ["RunError", "UsageError", "build_parser", "main", "parse_kwargs"]

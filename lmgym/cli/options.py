@@ -18,6 +18,25 @@ class UsageError(Exception):
     """Bad input from the command line: printed as one line, exit status 2."""
 
 
+class RunError(Exception):
+    """A run that failed after it started (an env that raised): printed as one line, exit status 1."""
+
+
+def import_env_module(env_id: str) -> str:
+    """``module:Name-v0``, as ``gym.make`` takes it: imports ``module`` (which registers the env,
+    e.g. a user's own) and returns ``Name-v0``; any other id as is."""
+    import importlib
+
+    module, sep, name = env_id.rpartition(":")
+    if not sep:
+        return env_id
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise UsageError(f"cannot import {module!r} for the env {name!r}: {e}") from e
+    return name
+
+
 def lmgym_ids() -> list[str]:
     return sorted(i for i in gym.registry if i.startswith("lmgym/"))
 
@@ -157,6 +176,7 @@ __all__ = [
     "add_config_flags",
     "add_model_flags",
     "check_env_id",
+    "import_env_module",
     "check_inputs",
     "config_overrides",
     "lmgym_ids",

@@ -23,6 +23,7 @@ RUN_FILES = (
     "learning_curve.png",
     "report.html",
     "tensorboard",
+    "error.log",
 )
 """What ``lmgym train`` writes to ``--out``: a directory holding any of these holds a run."""
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lmgym.cli.options import (
+    RunError,
     UsageError,
     add_config_flags,
     add_model_flags,
@@ -32,6 +33,7 @@ from lmgym.cli.session import (
     set_threads,
     warn_cut_turns,
 )
+from lmgym.core import EnvError
 from lmgym.storage import write_aside
 
 DEFAULT_ENV = "lmgym/Calculator-v0"
@@ -82,7 +84,7 @@ def train(args: argparse.Namespace) -> None:
     lock = claim_run_dir(args)  # noqa: F841 (held until the process ends)
     set_threads(args.threads)
     quiet_transformers()
-    from lmgym.agents.engines import engine_problem
+    from lmgym.agents.engines import EngineDied, engine_problem
     from lmgym.agents.models import format_memory
 
     problem = engine_problem(config.engine.name)  # before any model is built or warm-started
@@ -94,8 +96,11 @@ def train(args: argparse.Namespace) -> None:
     k = config.group_size or 1
     envs = make_envs(args, max(k, args.num_envs // k * k), agent.tokenizer, env_kwargs)
     eval_envs = make_envs(args, min(50, args.eval_episodes), agent.tokenizer, env_kwargs)
-    before = evaluate_before(args, agent, eval_envs, out)
-    after = learn(args, agent, envs, eval_envs, out)
+    try:
+        before = evaluate_before(args, agent, eval_envs, out)
+        after = learn(args, agent, envs, eval_envs, out)
+    except (EnvError, EngineDied) as e:  # an env or the engine's process failed: the run stops, resumable
+        raise RunError(run_failure(agent, envs, out, e)) from e
     write_outputs(args, agent, env_kwargs, before, after)
     report(args, agent, before[0], after[0], time.perf_counter() - started)
 
@@ -154,6 +159,20 @@ def learn(args: argparse.Namespace, agent: Any, envs: Any, eval_envs: Any, out: 
     except CheckpointError as e:
         raise UsageError(f"--resume: {e}") from e
     return evaluator.final or evaluate(agent, eval_envs, args.eval_episodes)
+
+
+def run_failure(agent: Any, envs: Any, out: Path, error: Exception) -> str:
+    """An env (or the engine's process) failed mid-run: its traceback goes to ``OUT/error.log``,
+    the agent as of its last update to a checkpoint (a failed collect changes no weights); returns
+    the line that says so."""
+    import traceback
+
+    write_aside(out / "error.log", "".join(traceback.format_exception(error)))
+    resume = ""
+    if agent.num_updates:
+        agent.save_checkpoint(out / "checkpoints", envs)
+        resume = f"; update {agent.num_updates} is checkpointed: fix it, then --resume {out}"
+    return f"{str(error).splitlines()[0][:400]} (traceback in {out / 'error.log'}{resume})"
 
 
 def write_outputs(

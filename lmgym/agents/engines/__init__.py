@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmgym.agents.engines.base import Engine, EnginePolicy, EngineUnavailable, Generation
+from lmgym.agents.engines.base import Engine, EngineDied, EnginePolicy, EngineUnavailable, Generation
 from lmgym.agents.engines.hf import HFEngine, hf_generate
 from lmgym.agents.engines.sampling import filtered, sample, stream_key, uniforms
 from lmgym.agents.engines.vllm import VLLMEngine, vllm_problem
@@ -46,6 +46,7 @@ def make_engine(name: str, policy: EnginePolicy, **kwargs: Any) -> Engine:
 __all__ = [
     "ENGINES",
     "Engine",
+    "EngineDied",
     "EnginePolicy",
     "EngineUnavailable",
     "Generation",

@@ -96,4 +96,9 @@ class EngineUnavailable(RuntimeError):
     """The chosen engine cannot run on this machine (one line says why)."""
 
 
-__all__ = ["Engine", "EnginePolicy", "EngineUnavailable", "Generation"]
+class EngineDied(RuntimeError):
+    """The rollout engine's process died mid-run (killed, out of memory): the message names the
+    engine and ends with the tail of its log."""
+
+
+__all__ = ["Engine", "EngineDied", "EnginePolicy", "EngineUnavailable", "Generation"]

@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
@@ -19,7 +20,7 @@ from typing import Any, cast
 
 import torch
 
-from lmgym.agents.engines.base import EnginePolicy, EngineUnavailable, Generation
+from lmgym.agents.engines.base import EngineDied, EnginePolicy, EngineUnavailable, Generation
 from lmgym.core import action_length, may_end_turn
 
 
@@ -122,12 +123,47 @@ class VLLMEngine:
         save_file(plain_state_dict(self.policy.model), os.path.join(self.dir, "model.safetensors"), {"format": "pt"})
 
     def reset(self) -> None:
-        self.llm.reset_prefix_cache()
+        self.watched(self.llm.reset_prefix_cache)
 
     def sync_weights(self) -> None:
         self.write_weights()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self.dir})
+        self.watched(self.llm.collective_rpc, "reload_weights", kwargs={"weights_path": self.dir})
         self.reset()
+
+    def watched(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on vLLM, in a thread of its own, while this one watches the engine
+        process: if it dies (killed, out of memory), ``EngineDied`` names it and its log's tail
+        within a second, where vLLM's own client would wait for ever."""
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box["value"] = fn(*args, **kwargs)
+            except BaseException as e:  # noqa: BLE001 (raised below, in the caller's thread)
+                box["error"] = e
+            done.set()
+
+        threading.Thread(target=run, daemon=True, name="lmgym-vllm-call").start()
+        while not done.wait(0.25):
+            if not self.alive():
+                break
+        if not done.is_set() or ("error" in box and not self.alive()):
+            log = Path(self.dir) / "engine.log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+            why = "the vLLM engine's process died (killed or out of memory)"
+            raise EngineDied(f"{why}; the end of its log, {log}:\n{tail}")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def alive(self) -> bool:
+        """Whether vLLM's engine process(es) still run (in-process vLLM: always)."""
+        resources = getattr(self.llm.llm_engine.engine_core, "resources", None)
+        if resources is None:
+            return True
+        processes = getattr(getattr(resources, "engine_manager", None), "processes", [])
+        return not resources.engine_dead and all(p.is_alive() for p in processes)
 
     def close(self) -> None:
         """Stops vLLM's engine process and removes the temp dir."""
@@ -172,7 +208,7 @@ class VLLMEngine:
             params = [
                 self.vllm.SamplingParams(max_tokens=max_new_tokens - len(out[i].tokens), **sampling) for i in todo
             ]
-            results = self.llm.generate(prompts, params, use_tqdm=False)
+            results = self.watched(self.llm.generate, prompts, params, use_tqdm=False)
             again = []
             for i, result in zip(todo, results):
                 completion, tokens, logprobs = result.outputs[0], out[i].tokens, cast(list, out[i].logprobs)

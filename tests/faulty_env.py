@@ -1,0 +1,63 @@
+"""An env that fails on purpose, for tests/test_faults.py: Echo-v0 whose reset or step hangs,
+raises or returns the wrong types on chosen seeds. Importable by a subprocess too
+(``lmgym train faulty_env:faulty/Faulty-v0`` with ``tests/`` on ``PYTHONPATH``)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import gymnasium as gym
+
+from lmgym.compat import OwnRNG
+from lmgym.envs.echo import EchoEnv
+
+NEVER = threading.Event()  # never set: a call that waits on it hangs for good
+RESETS = [0]  # resets in this process, every env together
+HUNG_ONCE: list[int] = []
+
+
+class FaultyEnv(EchoEnv):
+    """Echo-v0, but on a reset with a seed in ``seeds`` (after ``after_resets`` resets in this
+    process; ``seeds=None``: on every seed) it fails as ``fault`` says (``none``: it does not):
+
+    - ``hang``: the step never returns; ``hang_in_rng``: the same, inside ``OwnRNG``'s lock;
+    - ``raise``: the step raises; ``types``: the step returns ``(12345, "notafloat", None, None, None)``;
+    - ``reset_raise``: the reset raises; ``reset_hang``: it never returns; ``reset_hang_once``: the
+      first such reset in the process never returns, later ones do.
+    """
+
+    def __init__(
+        self, fault: str = "raise", seeds: tuple[int, ...] | None = (1,), after_resets: int = 0, **kwargs: Any
+    ):
+        super().__init__(**kwargs)
+        self.fault, self.seeds, self.after_resets = fault, None if seeds is None else set(seeds), after_resets
+        self.faulty = False
+        self.rng = OwnRNG()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        RESETS[0] += 1
+        self.faulty = (self.seeds is None or seed in self.seeds) and RESETS[0] > self.after_resets
+        with self.rng:  # every env takes the shared lock, as the task-library adapters do
+            pass
+        if self.faulty and self.fault == "reset_raise":
+            raise KeyError(f"no task for seed {seed}")
+        if self.faulty and (self.fault == "reset_hang" or self.fault == "reset_hang_once" and not HUNG_ONCE):
+            HUNG_ONCE.append(1)
+            NEVER.wait()
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> Any:
+        if self.faulty and self.fault == "hang":
+            NEVER.wait()
+        if self.faulty and self.fault == "hang_in_rng":
+            with self.rng:
+                NEVER.wait()
+        if self.faulty and self.fault == "raise":
+            raise ZeroDivisionError("the reward function divided by zero")
+        if self.faulty and self.fault == "types":
+            return 12345, "notafloat", None, None, None
+        return super().step(action)
+
+
+gym.register("faulty/Faulty-v0", entry_point=FaultyEnv, max_episode_steps=1)
