@@ -4,7 +4,7 @@
 nor transformers (those load only when a feature needs them, e.g. ``lmgym.agents``).
 """
 
-from lmgym.core import LMEnv
+from lmgym.core import EnvError, LMEnv
 from lmgym.envs import register_envs
 from lmgym.spaces import AnyText, TokenSequence
 from lmgym.tokenizers import ByteTokenizer, HFTokenizer, Tokenizer, as_tokenizer
@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AnyText",
     "ByteTokenizer",
+    "EnvError",
     "HFTokenizer",
     "LMEnv",
     "TokenSequence",
