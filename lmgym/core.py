@@ -134,45 +134,45 @@ class Worker:
 
     def __init__(self, name: str = "lmgym-worker"):
         self.name = name
-        self.inbox: queue.SimpleQueue | None = None
+        self.queues: tuple[queue.SimpleQueue, queue.SimpleQueue] | None = None  # (jobs, results)
         self.thread: threading.Thread | None = None
 
     def call(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None, **kwargs: Any) -> tuple[bool, Any]:
         """``(True, fn(*args, **kwargs))``, or ``(False, None)`` past ``timeout`` seconds; what
         ``fn`` raises is raised here."""
-        if self.thread is None:
-            inbox: queue.SimpleQueue = queue.SimpleQueue()
-            self.inbox, self.thread = inbox, threading.Thread(target=_serve, args=(inbox,), daemon=True, name=self.name)
+        if self.queues is None or self.thread is None:
+            jobs: queue.SimpleQueue = queue.SimpleQueue()
+            self.queues = jobs, queue.SimpleQueue()
+            self.thread = threading.Thread(target=_serve, args=self.queues, daemon=True, name=self.name)
             self.thread.start()
-            weakref.finalize(self, inbox.put, None)  # the thread ends with its worker
-        box: dict[str, Any] = {}
-        done = threading.Event()
-        cast(queue.SimpleQueue, self.inbox).put((fn, args, kwargs, box, done))
-        if not done.wait(timeout):
-            ident = cast(int, cast(threading.Thread, self.thread).ident)
-            cast(queue.SimpleQueue, self.inbox).put(None)  # it ends after the stuck call, if that ever returns
-            self.inbox = self.thread = None
+            weakref.finalize(self, jobs.put, None)  # the thread ends with its worker
+        jobs, results = self.queues
+        jobs.put((fn, args, kwargs))
+        try:
+            ok, value = results.get(timeout=timeout)
+        except queue.Empty:
+            ident = cast(int, self.thread.ident)
+            self.close()  # its thread ends after the stuck call, if that ever returns
             for hook in ABANDONED:
                 hook(ident)
             return False, None
-        if "error" in box:
-            raise box["error"]
-        return True, box["value"]
+        if not ok:
+            raise value
+        return True, value
 
     def close(self) -> None:
-        if self.inbox is not None:
-            self.inbox.put(None)
-        self.inbox = self.thread = None
+        if self.queues is not None:
+            self.queues[0].put(None)
+        self.queues = self.thread = None
 
 
-def _serve(inbox: queue.SimpleQueue) -> None:
-    while (job := inbox.get()) is not None:
-        fn, args, kwargs, box, done = job
+def _serve(jobs: queue.SimpleQueue, results: queue.SimpleQueue) -> None:
+    while (job := jobs.get()) is not None:
+        fn, args, kwargs = job
         try:
-            box["value"] = fn(*args, **kwargs)
+            results.put((True, fn(*args, **kwargs)))
         except BaseException as e:  # noqa: BLE001 (raised in the caller's thread)
-            box["error"] = e
-        done.set()
+            results.put((False, e))
 
 
 class EnvError(RuntimeError):
