@@ -7,7 +7,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from lmgym.cli.options import UsageError, lmgym_ids, make_env, parse_kwargs
+from lmgym.cli.options import UsageError, add_tools_flag, lmgym_ids, make_env, parse_kwargs, with_tools
 
 
 def add_parsers(sub: Any) -> None:
@@ -25,6 +25,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--repeat", action="store_true", help="start a new episode after each one")
     p.add_argument("kwargs", nargs="*", metavar="KEY=VALUE", help="gym.make arguments")
+    add_tools_flag(p)
     p.set_defaults(func=cmd_play)
 
 
@@ -65,7 +66,7 @@ def cmd_list(args: argparse.Namespace) -> None:
 
 
 def cmd_play(args: argparse.Namespace, read: Any = input) -> None:
-    env = make_env(args.env_id, **parse_kwargs(args.kwargs))
+    env = with_tools(make_env(args.env_id, **parse_kwargs(args.kwargs)), args.tools)
     tokenizer = env.get_wrapper_attr("tokenizer")
     seed = args.seed
     while True:

@@ -7,7 +7,7 @@ import json
 import os
 from typing import Any
 
-from lmgym.cli.options import UsageError, add_model_flags, check_inputs, parse_kwargs, table
+from lmgym.cli.options import UsageError, add_model_flags, add_tools_flag, check_inputs, parse_kwargs, table
 from lmgym.cli.session import check_chat_template, make_agent, make_envs, quiet_transformers, set_threads
 
 
@@ -20,6 +20,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--sampled", action="store_true", help="also play the episodes sampled (default: greedy only)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
+    add_tools_flag(p)
     add_model_flags(p)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=evaluate_command)
@@ -37,9 +38,10 @@ def evaluate_command(args: argparse.Namespace) -> None:
     quiet_transformers()
     from lmgym.agents.models import read_manifest
 
-    manifest = read_manifest(args.model)  # how the model was trained: its chat template, system message
+    manifest = read_manifest(args.model)  # how the model was trained: its chat template, system message, tools
     args.chat_template = args.chat_template or bool(manifest.get("chat_template"))
     args.system = args.system if args.system is not None else manifest.get("system")
+    args.tools = args.tools or manifest.get("tools")  # the tools it was trained with
     env_kwargs = {**manifest.get("env_kwargs", {}), **parse_kwargs(args.env_arg)}  # --env-arg overrides
     agent = make_agent(args, PPOConfig(seed=args.seed), env_kwargs)
     check_chat_template(args, agent.tokenizer)

@@ -78,6 +78,28 @@ def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def add_tools_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tools",
+        default=None,
+        metavar="NAMES",
+        help="tools for the env, comma-separated: calc, python (lmgym.wrappers.ToolUse; its prompt says how to call them)",
+    )
+
+
+def with_tools(env: gym.Env, tools: str | None) -> gym.Env:
+    """``env`` in ``ToolUse`` with the tools ``--tools`` names (and how to call them in its prompt)."""
+    if not tools:
+        return env
+    from lmgym.tools import make_tools
+    from lmgym.wrappers import ToolUse
+
+    try:
+        return ToolUse(env, make_tools(tools), instructions=True)
+    except ValueError as e:
+        raise UsageError(f"--tools: {e}") from e
+
+
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     """The flags for a chat model: wrap the env in its chat template."""
     p.add_argument(
@@ -135,7 +157,8 @@ def check_inputs(args: argparse.Namespace) -> None:
     """Bad input fails here, in one line, before torch is even imported."""
     from lmgym.agents.checkpoints import CheckpointError, resolve, verify
 
-    make_env(args.env_id, **parse_kwargs(args.env_arg)).close()  # a bad --env-arg fails here
+    env = make_env(args.env_id, **parse_kwargs(args.env_arg))  # a bad --env-arg fails here
+    with_tools(env, getattr(args, "tools", None)).close()  # and a bad --tools
     for flag, least in [("episodes", 1), ("num_envs", 1), ("eval_episodes", 1), ("threads", 1), ("eval_every", 0)]:
         value = getattr(args, flag, None)
         if value is not None and value < least:
@@ -175,8 +198,10 @@ __all__ = [
     "UsageError",
     "add_config_flags",
     "add_model_flags",
+    "add_tools_flag",
     "check_env_id",
     "import_env_module",
+    "with_tools",
     "check_inputs",
     "config_overrides",
     "lmgym_ids",

@@ -106,13 +106,14 @@ def check_chat_template(args: argparse.Namespace, tokenizer: Any) -> None:
 
 
 def env_maker(args: argparse.Namespace, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:
-    """A function that makes one env as the run plays it (its chat template, when asked)."""
+    """A function that makes one env as the run plays it (its tools and chat template, when asked)."""
     import gymnasium as gym
 
+    from lmgym.cli.options import with_tools
     from lmgym.wrappers import ChatTemplate
 
     def make() -> gym.Env:
-        env = gym.make(args.env_id, tokenizer=tokenizer, **env_kwargs)
+        env = with_tools(gym.make(args.env_id, tokenizer=tokenizer, **env_kwargs), getattr(args, "tools", None))
         return ChatTemplate(env, system=args.system) if args.chat_template else env
 
     return make

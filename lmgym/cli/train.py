@@ -19,6 +19,7 @@ from lmgym.cli.options import (
     UsageError,
     add_config_flags,
     add_model_flags,
+    add_tools_flag,
     check_inputs,
     config_overrides,
     parse_kwargs,
@@ -57,6 +58,7 @@ def add_parser(sub: Any) -> None:
         help="supervised steps on the env's demonstrations before RL (default model: 1600; --model: none unless given)",
     )
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="gym.make argument")
+    add_tools_flag(p)
     add_model_flags(p)
     p.add_argument(
         "--lora", default=None, metavar="SPEC", help="LoRA adapters, e.g. r=16 or r=16,alpha=32,targets=q_proj+v_proj"
@@ -183,7 +185,7 @@ def write_outputs(
     from lmgym.agents.plotting import plot_learning_curve
 
     out = Path(args.out)
-    manifest = {"env": args.env_id, "chat_template": args.chat_template, "system": args.system}
+    manifest = {"env": args.env_id, "chat_template": args.chat_template, "system": args.system, "tools": args.tools}
     agent.save(out / "model", manifest={**manifest, "env_kwargs": env_kwargs})  # lmgym eval applies them
     title = f"{args.env_id}: PPO ({agent.config.estimator})"
     plot_learning_curve(out / "metrics.csv", out / "learning_curve.png", title)

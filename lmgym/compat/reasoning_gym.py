@@ -141,6 +141,19 @@ class ReasoningGymEnv(LMEnv):
         reward = score if self.partial_credit else float(score >= 1.0)
         return "", reward, True, False, {"answer": answer, "correct": score >= 1.0, "score": score}
 
+    def oracle_tool_call(self) -> str | None:
+        """A calculator call for a task whose instance is an arithmetic expression (its metadata's
+        ``expression``: ``basic_arithmetic``, ``chain_sum``, ``products``, ...), so that under
+        ``ToolUse`` with a calculator (``lmgym train --tools calc``) the oracle computes first."""
+        from lmgym.tools.calculator import CalculatorError, evaluate
+
+        expression = str(self.entry.get("metadata", {}).get("expression", "")).replace(" ", "")
+        try:
+            evaluate(expression)
+        except (CalculatorError, SyntaxError, ValueError, TypeError):
+            return None
+        return f"<calc>{expression}</calc>"
+
     def oracle(self) -> str:
         """The dataset's answer in the tags."""
         answer = self.entry.get("answer")

@@ -134,6 +134,10 @@ class Calculator:
     """
 
     name = "calc"
+    description = (
+        "a calculator: write <calc>EXPRESSION</calc> (numbers, + - * / // % ** and parentheses) "
+        "and its value comes back as <result>VALUE</result>"
+    )
 
     def __call__(self, expression: str) -> str:
         try:

@@ -120,6 +120,7 @@ class PythonTool:
     """
 
     name = "python"
+    description = "Python: write <python>CODE</python> and what it prints comes back as <result>OUTPUT</result>"
 
     def __init__(
         self,

@@ -9,6 +9,7 @@ from typing import Any, cast
 import gymnasium as gym
 
 from lmgym.core import call_with_timeout, check_timeout, decode_action, fit_text
+from lmgym.spaces import AnyText
 
 Tool = Callable[[str], str]
 
@@ -32,10 +33,14 @@ class ToolUse(gym.Wrapper):
     result tags, and ``oracle()`` calls the tool first when the inner env says the task needs it
     (its ``oracle_tool_call()`` returns the call), then asks the inner env's oracle.
 
+    With ``instructions=True`` each prompt ends with a line that says how to call the tools
+    (each tool's ``description``), for an env whose own prompt does not (a task library's).
+
     Args:
         env: an lmgym env (anything with ``tokenizer``, ``stop_strings`` and ``oracle``).
         tools: a mapping of tag name to tool, or tools that have a ``name`` attribute.
         tool_timeout: seconds a tool call may take (``None``: no limit; ``PythonTool`` has its own).
+        instructions: append how to call the tools to every prompt.
 
     Example:
         >>> from lmgym.envs.calculator import ArithmeticEnv
@@ -46,7 +51,13 @@ class ToolUse(gym.Wrapper):
         '<result>42</result>'
     """
 
-    def __init__(self, env: gym.Env, tools: Mapping[str, Tool] | Iterable[Any], tool_timeout: float | None = None):
+    def __init__(
+        self,
+        env: gym.Env,
+        tools: Mapping[str, Tool] | Iterable[Any],
+        tool_timeout: float | None = None,
+        instructions: bool = False,
+    ):
         super().__init__(env)
         self.tool_timeout = check_timeout("tool_timeout", tool_timeout)
         if isinstance(tools, Mapping):
@@ -62,6 +73,15 @@ class ToolUse(gym.Wrapper):
         self._call = re.compile(rf"<({names})>(.*?)</\1>", re.DOTALL)
         self._open = re.compile(rf"<({names})>")
         self.tool_calls = 0
+        self.instructions = self.describe() if instructions else ""
+        inner = getattr(env.observation_space, "max_length", None)
+        if self.instructions and inner is not None:
+            self.observation_space = AnyText(inner + len(self.instructions))
+
+    def describe(self) -> str:
+        """How to call the tools, one line: ``"\\nTools: ..."``."""
+        parts = [getattr(t, "description", f"{name}: write <{name}>INPUT</{name}>") for name, t in self.tools.items()]
+        return f"\nTools: {'; '.join(parts)}. Call one, then answer.\n"
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -79,7 +99,8 @@ class ToolUse(gym.Wrapper):
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         self.tool_calls = 0
-        return self.env.reset(**kwargs)
+        obs, info = self.env.reset(**kwargs)
+        return obs.rstrip("\n") + self.instructions if self.instructions else obs, info
 
     def find_call(self, text: str) -> tuple[str, str | None] | None:
         """``(tool name, input)`` of the first call in ``text``; input ``None`` if unclosed."""
