@@ -83,7 +83,7 @@ def add_tools_flag(p: argparse.ArgumentParser) -> None:
         "--tools",
         default=None,
         metavar="NAMES",
-        help="tools for the env, comma-separated: calc, python (lmgym.wrappers.ToolUse; its prompt says how to call them)",
+        help="tools for the env, comma-separated: calc, python (ToolUse; its prompt says how to call them)",
     )
 
 
