@@ -3,11 +3,20 @@
 With no ``--model``, ``lmgym train`` trains the embedded default model: a tiny Llama built from a
 config, warm-started on the env's demonstrations (``lmgym.agents.warmstart``, cached), with the
 PPO settings measured for it on Calculator-v0 (``TINY_MODEL_CONFIG``).
+
+With ``--model`` (a pretrained model, a HF directory or a ``.gguf`` file) it follows
+``pretrained_recipe``: LoRA adapters, their learning rate, a short warm start on the env's
+oracle where it has one, smaller batches and one epoch, and a turn budget sized from the task
+in the model's own tokens (``action_budget``).
 """
 
 from __future__ import annotations
 
+import importlib.util
+from dataclasses import dataclass, field
 from typing import Any
+
+import gymnasium as gym
 
 from lmgym.agents.config import PPOConfig
 
@@ -19,6 +28,85 @@ TINY_MODEL_CONFIG: dict[str, Any] = {
     "anneal_lr": True,  # without it, a run that reached ~70% at update 60 could fall to ~46% by the end
 }
 """PPOConfig overrides for the embedded default model (measured on Calculator-v0)."""
+
+
+PRETRAINED_CONFIG: dict[str, Any] = {
+    "learning_rate": 1e-4,  # LoRA adapters (SmolLM2-135M on Calculator-v0: benchmarks/real_model.py)
+    "episodes_per_update": 32,  # a pretrained model's turn costs ~100x the tiny model's on a CPU
+    "mini_batch_size": 8,
+    "n_epochs": 1,
+    "kl_coef": 0.0,  # no reference forward; the LoRA rank and the short run bound the drift
+}
+"""PPOConfig overrides for a pretrained model (``lmgym train --model``), with LoRA."""
+PRETRAINED_LORA: dict[str, Any] = {"r": 16}
+PRETRAINED_WARMSTART_STEPS = 30
+
+
+@dataclass
+class Recipe:
+    """What ``lmgym train --model`` picks for a pretrained model on an env (``pretrained_recipe``)."""
+
+    config: dict[str, Any] = field(default_factory=dict)
+    """``PPOConfig`` overrides (flat names), LoRA included as ``peft_config``."""
+    warmstart_steps: int = 0
+    """Supervised steps on the env's oracle before RL (0 where the env has no oracle)."""
+    max_action_tokens: int | None = None
+    """The turn budget in the model's tokens, sized from the task (``None``: the env's own)."""
+
+    def describe(self) -> str:
+        c, lora = self.config, self.config.get("peft_config")
+        return ", ".join(
+            [
+                f"LoRA r={lora.get('r', 8)}" if lora else "full fine-tuning",
+                f"learning_rate {c['learning_rate']:g}",
+                f"warm start {self.warmstart_steps} steps on the oracle" if self.warmstart_steps else "no warm start",
+                f"kl_coef {c['kl_coef']:g}",
+                f"{c['episodes_per_update']} episodes an update",
+                f"{c['n_epochs']} epoch{'s' if c['n_epochs'] != 1 else ''}",
+                f"max_action_tokens {self.max_action_tokens}" if self.max_action_tokens else "the env's budget",
+            ]
+        )
+
+
+def pretrained_recipe(env: gym.Env, tokenizer: Any, lora: bool | None = None) -> Recipe:
+    """The settings for training a pretrained model on ``env`` (made as the run plays it, with the
+    model's tokenizer): LoRA when peft is installed (``lora=False``: full fine-tuning, at TRL's
+    learning rate), a warm start of ``PRETRAINED_WARMSTART_STEPS`` where the env has an oracle,
+    and ``action_budget``.
+
+    Example:
+        >>> import lmgym
+        >>> env = gym.make("lmgym/Calculator-v0")
+        >>> recipe = pretrained_recipe(env, env.get_wrapper_attr("tokenizer"), lora=False)
+        >>> recipe.warmstart_steps, recipe.max_action_tokens, recipe.config["learning_rate"]
+        (30, 64, 1.41e-05)
+    """
+    lora = importlib.util.find_spec("peft") is not None if lora is None else lora
+    config = {**PRETRAINED_CONFIG, "peft_config": dict(PRETRAINED_LORA) if lora else None}
+    if not lora:
+        config["learning_rate"] = PPOConfig.learning_rate  # all weights move: TRL's rate for them
+    budget = action_budget(env, tokenizer)
+    return Recipe(config, PRETRAINED_WARMSTART_STEPS if budget else 0, budget)
+
+
+def action_budget(env: gym.Env, tokenizer: Any, seeds: range = range(16), max_turns: int = 8) -> int | None:
+    """A turn budget for ``env`` in ``tokenizer``'s tokens, from the task: twice the longest turn
+    its oracle plays over ``seeds`` (up to ``max_turns`` turns an episode), plus 16, at least 32,
+    rounded up to a multiple of 8. ``None`` when the env has no oracle."""
+    longest = 0
+    for seed in seeds:
+        env.reset(seed=seed)
+        for _ in range(max_turns):
+            try:
+                text = env.get_wrapper_attr("oracle")()
+            except (NotImplementedError, AttributeError):
+                return None
+            ids = tokenizer.encode(text)
+            longest = max(longest, len(ids))
+            _, _, terminated, truncated, _ = env.step(ids)
+            if terminated or truncated:
+                break
+    return -(-max(32, 2 * longest + 16) // 8) * 8
 
 
 def default_config(**overrides: Any) -> PPOConfig:
@@ -56,4 +144,14 @@ def default_agent(
     return cls(model, tokenizer=tokenizer, config=default_config(**config))
 
 
-__all__ = ["TINY_MODEL_CONFIG", "default_agent", "default_config"]
+__all__ = [
+    "PRETRAINED_CONFIG",
+    "PRETRAINED_LORA",
+    "PRETRAINED_WARMSTART_STEPS",
+    "TINY_MODEL_CONFIG",
+    "Recipe",
+    "action_budget",
+    "default_agent",
+    "default_config",
+    "pretrained_recipe",
+]

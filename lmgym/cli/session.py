@@ -97,6 +97,32 @@ def warm_start(args: argparse.Namespace, model: Any, tokenizer: Any, env_kwargs:
     return model
 
 
+def pretrained_recipe(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> Any:
+    """``--model``: ``lmgym.agents.defaults.pretrained_recipe`` for the env as the run plays it
+    (its tools and chat template, the model's tokenizer). What the user set stays: a
+    ``--warmstart-steps``, an ``--env-arg max_action_tokens``, a ``--lora``, any config flag."""
+    from lmgym.agents import defaults
+    from lmgym.tokenizers import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(args.model)
+    except (ValueError, OSError, ImportError) as e:
+        raise UsageError(f"--model {args.model}: {str(e).splitlines()[0]}") from e
+    check_chat_template(args, tokenizer)
+    env = env_maker(args, tokenizer, env_kwargs)()
+    try:
+        recipe = defaults.pretrained_recipe(env, tokenizer, lora=None if args.lora is None else args.lora != "none")
+    finally:
+        env.close()
+    if args.warmstart_steps is None:
+        args.warmstart_steps = recipe.warmstart_steps
+    recipe.warmstart_steps = args.warmstart_steps
+    if recipe.max_action_tokens and "max_action_tokens" not in env_kwargs:
+        env_kwargs["max_action_tokens"] = recipe.max_action_tokens
+    recipe.max_action_tokens = env_kwargs.get("max_action_tokens")
+    return recipe
+
+
 def check_chat_template(args: argparse.Namespace, tokenizer: Any) -> None:
     from lmgym.tokenizers import HFTokenizer
 
@@ -154,6 +180,7 @@ def warn_cut_turns(agent: Any, batch: Any, budget: int) -> None:
 
 __all__ = [
     "check_chat_template",
+    "pretrained_recipe",
     "env_maker",
     "make_agent",
     "make_envs",

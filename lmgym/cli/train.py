@@ -28,6 +28,7 @@ from lmgym.cli.options import (
 from lmgym.cli.rundir import claim_run_dir
 from lmgym.cli.session import (
     check_chat_template,
+    pretrained_recipe,
     make_agent,
     make_envs,
     quiet_transformers,
@@ -61,7 +62,11 @@ def add_parser(sub: Any) -> None:
     add_tools_flag(p)
     add_model_flags(p)
     p.add_argument(
-        "--lora", default=None, metavar="SPEC", help="LoRA adapters, e.g. r=16 or r=16,alpha=32,targets=q_proj+v_proj"
+        "--lora",
+        default=None,
+        metavar="SPEC",
+        help="LoRA adapters, e.g. r=16 or r=16,alpha=32,targets=q_proj+v_proj; none: full fine-tuning "
+        "(default with --model: r=16 when peft is installed)",
     )
     p.add_argument(
         "--add-special-tokens", action="store_true", help="add the env's tags to an HF tokenizer as tokens (and resize)"
@@ -81,11 +86,11 @@ def train(args: argparse.Namespace) -> None:
     check_inputs(args)  # bad input fails here, before torch is even imported
     started = time.perf_counter()
     env_kwargs = parse_kwargs(args.env_arg)
-    config = run_config(args)
     out = Path(args.out)
     lock = claim_run_dir(args)  # noqa: F841 (held until the process ends)
     set_threads(args.threads)
     quiet_transformers()
+    config = run_config(args, pretrained_recipe(args, env_kwargs) if args.model else None)
     from lmgym.agents.engines import EngineDied, engine_problem
     from lmgym.agents.models import format_memory
 
@@ -107,24 +112,26 @@ def train(args: argparse.Namespace) -> None:
     report(args, agent, before[0], after[0], time.perf_counter() - started)
 
 
-def run_config(args: argparse.Namespace) -> Any:
-    """The ``PPOConfig`` of the run: the default model's settings (no ``--model``), then the flags."""
+def run_config(args: argparse.Namespace, recipe: Any = None) -> Any:
+    """The ``PPOConfig`` of the run: the default model's settings (no ``--model``) or a pretrained
+    model's ``recipe``, then the flags; ``recipe`` is told what was picked in the end."""
     from lmgym.agents.config import PPOConfig
     from lmgym.agents.defaults import TINY_MODEL_CONFIG
 
-    base = dict(TINY_MODEL_CONFIG) if args.model is None else {}
+    base = dict(TINY_MODEL_CONFIG) if recipe is None else dict(recipe.config)
     try:
-        peft_config = None
         if args.lora:
             from lmgym.agents.models import parse_lora
 
-            peft_config = parse_lora(args.lora)
-        flags = {"seed": args.seed, "estimator": args.estimator, "peft_config": peft_config}
-        return PPOConfig(
-            **{**base, **config_overrides(args), **flags, "generation_kwargs": args.generation_kwargs or {}}
-        )
+            base["peft_config"] = None if args.lora == "none" else parse_lora(args.lora)
+        flags = {"seed": args.seed, "estimator": args.estimator, "generation_kwargs": args.generation_kwargs or {}}
+        config = PPOConfig(**{**base, **config_overrides(args), **flags})
     except (TypeError, ValueError) as e:
         raise UsageError(str(e)) from e
+    if recipe is not None:
+        recipe.config = config.flat()
+        print(f"recipe for a pretrained model: {recipe.describe()} (each of them a flag)")
+    return config
 
 
 def evaluate_before(args: argparse.Namespace, agent: Any, eval_envs: Any, out: Path) -> tuple[dict[str, Any], Any]:
