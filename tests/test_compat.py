@@ -102,9 +102,27 @@ def test_reasoning_gym_partial_credit_retry_and_held_out_instances():
     _, reward, terminated, _, info = env.step(encode(env, f"<answer>{answer} xx</answer>"))
     assert 0 < reward < 1 and terminated and info["correct"] is False  # reasoning-gym's partial credit
     env.reset(seed=0)
-    obs, reward, terminated, _, _ = env.step(encode(env, "no tags"))
+    obs, reward, terminated, _, _ = env.step(encode(env, "Let me think about this sum for a while first"))
     assert (reward, terminated) == (0.0, False) and "<answer></answer>" in obs  # one retry, with feedback
-    assert env.step(encode(env, "still none"))[1:3] == (0.0, True)
+    assert env.step(encode(env, "I am still thinking it over, step by step"))[1:3] == (0.0, True)
+
+
+@needs_rg
+def test_reasoning_gym_reads_answers_as_chat_models_write_them():
+    env = gym.make("lmgym/ReasoningGym-v0", task="syllogism", partial_credit=False)
+    env.reset(seed=0)
+    right = env.get_wrapper_attr("oracle")()[len("<answer>") : -len("</answer>")]
+    wrong = {"Yes": "No", "No": "Yes"}[right]
+    for reply, correct in [
+        (f"<answer> {right}. </answer>", True),  # whitespace and a trailing period
+        (f"{right}.", True),  # a bare answer, no tags
+        (f"So the answer is <answer>{right}", True),  # the turn ended before the closing tag
+        (f"<answer>{right} {wrong}</answer>", False),  # both answers: the library's scorer says no
+        (f"<answer>{wrong}.</answer>", False),
+    ]:
+        env.reset(seed=0)
+        _, reward, terminated, _, info = env.step(encode(env, reply))
+        assert (reward, info["correct"], terminated) == (float(correct), correct, True), reply
     prompts = {env.reset(seed=s)[0] for s in [0, 1, 2, 2**30, 2**30 + 1]}
     assert len(prompts) == 5  # every seed its own instance, held-out seeds included
     finite = gym.make("lmgym/ReasoningGym-v0", task="spell_backward", config={"size": 2, "seed": 5})

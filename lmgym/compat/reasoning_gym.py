@@ -8,7 +8,24 @@ from typing import Any
 from lmgym.compat import LibraryError, check_name, named_errors, require
 from lmgym.core import LMEnv
 
-ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL)
+BARE = re.compile(r"[^\n<>]{1,40}")  # a reply that is nothing but a short answer ("No.", "42")
+
+
+def extract_answer(text: str) -> str | None:
+    """The answer in a reply: inside ``<answer>...</answer>`` (or after an ``<answer>`` the turn
+    cut before its closing tag), or the whole reply when it is a bare short answer; stripped of
+    whitespace. ``None`` when there is none.
+
+    Example:
+        >>> extract_answer("I think <answer> 42 </answer>"), extract_answer("No."), extract_answer("Well, it is 4")
+        ('42', 'No.', 'Well, it is 4')
+        >>> extract_answer("The sum of the three numbers, each of them odd, is 42"), extract_answer("<answer>")
+        (None, None)
+    """
+    found = ANSWER.search(text)
+    answer = found.group(1) if found else text if BARE.fullmatch(text.strip()) else ""
+    return answer.strip() or None
 
 
 class ReasoningGymEnv(LMEnv):
@@ -19,7 +36,9 @@ class ReasoningGymEnv(LMEnv):
     seed=config_seed + s, size=1)[0]``, so a seed always gives the same instance and held-out
     seeds give unseen ones. With a ``size`` in ``config`` the task is that finite dataset
     instead (made once, seeded by ``config["seed"]``), and ``s`` takes its item ``s % size``.
-    The model answers inside ``<answer>...</answer>`` (the stop string).
+    The model answers inside ``<answer>...</answer>`` (the stop string); an ``<answer>`` whose
+    turn ended before its closing tag counts, and so does a reply that is nothing but a short
+    bare answer (``No.``), as chat models write them (``extract_answer``).
 
     ## Action Space
     ``TokenSequence(vocab_size, max_action_tokens=64)``.
@@ -33,7 +52,8 @@ class ReasoningGymEnv(LMEnv):
 
     ## Rewards
     reasoning-gym's ``score_answer`` of the text inside the tags, partial credit kept (in
-    ``[0, 1]``), or with ``partial_credit=False`` 1.0 for full credit and 0.0 otherwise;
+    ``[0, 1]``; an answer ending in a period is scored without it too, and the higher counts),
+    or with ``partial_credit=False`` 1.0 for full credit and 0.0 otherwise;
     ``info["correct"]`` is full credit, ``info["score"]`` the library's score. Some tasks'
     scorers give partial credit to an answer that merely contains the reference (``syllogism``:
     ``Yes No`` earns 0.45 on average), which RL can learn to exploit: ``partial_credit=False``
@@ -128,18 +148,25 @@ class ReasoningGymEnv(LMEnv):
         return prompt, {"task": self.task, "index": index}
 
     def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        found = ANSWER.search(text)
-        if found is None:
+        answer = extract_answer(text)
+        if answer is None:
             self.attempts += 1
             done = self.attempts > self.max_attempts
             feedback = "" if done else "\nNo answer found: write it inside <answer></answer>.\n"
             return feedback, 0.0, done, False, {"answer": None, "correct": False, "score": 0.0}
-        answer = found.group(1).strip()
-        with named_errors(f"reasoning-gym task {self.task!r} scoring", answer):
-            score = float(self.dataset.score_answer(answer=answer, entry=self.entry))
-        score = min(1.0, max(0.0, score)) if score == score else 0.0  # NaN or out of range: the library's bug
+        score = self.score(answer)
         reward = score if self.partial_credit else float(score >= 1.0)
         return "", reward, True, False, {"answer": answer, "correct": score >= 1.0, "score": score}
+
+    def score(self, answer: str) -> float:
+        """reasoning-gym's score of ``answer``, or of it without a trailing period if that scores
+        higher (chat models end a sentence with one: ``42.`` is ``42``), in [0, 1]."""
+        scores = []
+        for candidate in dict.fromkeys([answer, answer.removesuffix(".").strip()]):
+            with named_errors(f"reasoning-gym task {self.task!r} scoring", candidate):
+                score = float(self.dataset.score_answer(answer=candidate, entry=self.entry))
+            scores.append(min(1.0, max(0.0, score)) if score == score else 0.0)  # NaN or out of range: its bug
+        return max(scores)
 
     def oracle_tool_call(self) -> str | None:
         """A calculator call for a task whose instance is an arithmetic expression (its metadata's
