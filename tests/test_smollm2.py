@@ -121,3 +121,35 @@ def test_saved_then_loaded_and_evaluated_in_a_fresh_process(loaded, cache, tmp_p
     result = subprocess.run([*cli, "--episodes", "2", "--json"], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout.strip().splitlines()[-1])["episodes"] == 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("reasoning_gym") is None, reason="needs pip install 'lmgym[reasoning-gym]'")
+def test_lmgym_train_a_reasoning_gym_task_with_the_calculator_then_eval(cache, tmp_path):
+    """The real-model recipe end to end on a task library's env: the chat template, a tool, the
+    recipe's line, one LoRA update, then ``lmgym eval`` of the saved model with its tools."""
+    env = {**os.environ, "LMGYM_CACHE": str(cache)}
+    out = tmp_path / "run"
+    task = ["lmgym/ReasoningGym-v0", "--env-arg", "task=basic_arithmetic", "--model", str(GGUF), "--chat-template"]
+    small = ["--episodes", "8", "--episodes-per-update", "8", "--num-envs", "8", "--eval-episodes", "4"]
+    result = subprocess.run(
+        [sys.executable, "-m", "lmgym.cli", "train", *task, "--tools", "calc", *small, "--warmstart-steps", "2"]
+        + ["--eval-every", "0", "--record-episodes", "0", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "recipe for a pretrained model: LoRA r=16, learning_rate 0.0001, warm start 2 steps" in result.stdout
+    from lmgym.agents.models import read_manifest
+
+    manifest = read_manifest(out / "model")
+    assert manifest["tools"] == "calc" and manifest["env_kwargs"]["max_action_tokens"] >= 32
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "lmgym.cli", "eval", "lmgym/ReasoningGym-v0", "--model", str(out / "model")]
+        + ["--episodes", "4", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert json.loads(evaluated.stdout.strip().splitlines()[-1])["episodes"] == 4

@@ -95,7 +95,7 @@ def grpo_advantages(returns: torch.Tensor, group_ids: Sequence[int], eps: float 
     return advantages
 
 
-def whiten(x: torch.Tensor, mask: torch.Tensor, min_std: float = 1e-2) -> torch.Tensor:
+def whiten(x: torch.Tensor, mask: torch.Tensor, min_std: float = 0.1) -> torch.Tensor:
     """Normalizes ``x`` over the positions ``mask`` selects; zero elsewhere.
 
     Guards a near-zero spread: below ``min_std`` the values are only centred, not scaled,

@@ -249,9 +249,12 @@ class PPOConfig:
     """Episodes per task for ``rloo``/``grpo`` (``None``: 1 for gae, 4 for the others)."""
     whiten_advantages: bool = True
     """Normalize advantages across the batch's action tokens."""
-    whiten_min_std: float = 1e-2
-    """Below this spread advantages are centred but not scaled: dividing by a near-zero spread
-    (every episode succeeded, say) turns noise into large updates and collapses a good policy."""
+    whiten_min_std: float = 0.1
+    """Below this spread (in reward units) advantages are centred but not scaled: dividing by a
+    near-zero spread (every episode succeeded, say, and what varies is the KL term's noise) turns
+    noise into large updates and knocks a good policy off. At 1e-2, RL took reasoning-gym's
+    ``spell_backward`` from 100% (warm start) down to 84% before it recovered to 96%; at 0.1 it
+    stayed at 97-100% (default model, seeds 0 and 1)."""
 
     kl_coef: float = 0.05
     """KL coefficient toward the reference model (N+ implementation details, 2024: 0.05)."""
