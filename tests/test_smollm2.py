@@ -123,7 +123,7 @@ def test_saved_then_loaded_and_evaluated_in_a_fresh_process(loaded, cache, tmp_p
     assert json.loads(result.stdout.strip().splitlines()[-1])["episodes"] == 2
 
 
-@pytest.mark.skipif(importlib.util.find_spec("reasoning_gym") is None, reason="needs pip install 'lmgym[reasoning-gym]'")
+@pytest.mark.skipif(importlib.util.find_spec("reasoning_gym") is None, reason="needs lmgym[reasoning-gym]")
 def test_lmgym_train_a_reasoning_gym_task_with_the_calculator_then_eval(cache, tmp_path):
     """The real-model recipe end to end on a task library's env: the chat template, a tool, the
     recipe's line, one LoRA update, then ``lmgym eval`` of the saved model with its tools."""

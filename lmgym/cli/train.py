@@ -28,9 +28,9 @@ from lmgym.cli.options import (
 from lmgym.cli.rundir import claim_run_dir
 from lmgym.cli.session import (
     check_chat_template,
-    pretrained_recipe,
     make_agent,
     make_envs,
+    pretrained_recipe,
     quiet_transformers,
     set_threads,
     warn_cut_turns,
