@@ -111,7 +111,7 @@ class PPOAgent:
         return self.accelerator.unwrap_model(self.policy).model
 
     @property
-    def value_head(self) -> torch.nn.Module:
+    def value_head(self) -> torch.nn.Linear:
         return self.accelerator.unwrap_model(self.policy).value_head
 
     @property
