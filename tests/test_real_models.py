@@ -3,6 +3,7 @@ chat templates of their families, trained full and with LoRA on Countdown-v0 thr
 token-exact across turns, saved and evaluated in a fresh process; and the bad inputs, one line each.
 Offline: everything is built in the test."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -119,6 +120,26 @@ def test_lora_cli_train_then_eval_in_a_fresh_process(family, tmp_path):
         plain = AutoModelForCausalLM.from_pretrained(merged)
         with torch.no_grad():
             torch.testing.assert_close(plain(ids).logits, loaded.model(input_ids=ids).logits, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("reasoning_gym") is None, reason="needs lmgym[reasoning-gym]")
+def test_train_with_a_tool_on_a_task_library_env_and_eval_applies_it(tmp_path):
+    """``--tools calc`` on a reasoning-gym task, the pretrained recipe (warm start included, its
+    budget from the task), and ``lmgym eval`` of the saved model with the same tools and budget."""
+    path = build("qwen2", tmp_path / "m")
+    out = tmp_path / "run"
+    task = ["lmgym/ReasoningGym-v0", "--env-arg", "task=basic_arithmetic", "--model", str(path), "--chat-template"]
+    small = ["--episodes", "8", "--num-envs", "4", "--episodes-per-update", "4", "--eval-episodes", "4"]
+    result = lmgym_cli("train", *task, "--tools", "calc", *small, "--eval-every", "0", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("recipe for a pretrained model: ")]
+    assert "LoRA r=16" in line and "warm start 30 steps on the oracle" in line and "max_action_tokens" in line
+    budget = int(line.split("max_action_tokens ")[1].split()[0])
+    result = lmgym_cli("eval", "lmgym/ReasoningGym-v0", "--model", str(out / "model"), "--episodes", "4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"with tools calc and its chat template, {{'task': 'basic_arithmetic', 'max_action_tokens': {budget}}}" in (
+        result.stdout
+    )
 
 
 def one_line_error(result, expected):

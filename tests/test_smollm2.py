@@ -124,9 +124,9 @@ def test_saved_then_loaded_and_evaluated_in_a_fresh_process(loaded, cache, tmp_p
 
 
 @pytest.mark.skipif(importlib.util.find_spec("reasoning_gym") is None, reason="needs lmgym[reasoning-gym]")
-def test_lmgym_train_a_reasoning_gym_task_with_the_calculator_then_eval(cache, tmp_path):
+def test_lmgym_train_a_reasoning_gym_task_with_the_calculator(cache, tmp_path):
     """The real-model recipe end to end on a task library's env: the chat template, a tool, the
-    recipe's line, one LoRA update, then ``lmgym eval`` of the saved model with its tools."""
+    recipe's line, one LoRA update, a saved model that remembers its tools and budget."""
     env = {**os.environ, "LMGYM_CACHE": str(cache)}
     out = tmp_path / "run"
     task = ["lmgym/ReasoningGym-v0", "--env-arg", "task=basic_arithmetic", "--model", str(GGUF), "--chat-template"]
@@ -143,13 +143,4 @@ def test_lmgym_train_a_reasoning_gym_task_with_the_calculator_then_eval(cache, t
     from lmgym.agents.models import read_manifest
 
     manifest = read_manifest(out / "model")
-    assert manifest["tools"] == "calc" and manifest["env_kwargs"]["max_action_tokens"] >= 32
-    evaluated = subprocess.run(
-        [sys.executable, "-m", "lmgym.cli", "eval", "lmgym/ReasoningGym-v0", "--model", str(out / "model")]
-        + ["--episodes", "4", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
-    assert json.loads(evaluated.stdout.strip().splitlines()[-1])["episodes"] == 4
+    assert manifest["tools"] == "calc" and manifest["env_kwargs"]["max_action_tokens"] >= 32  # lmgym eval reads them

@@ -46,6 +46,9 @@ def evaluate_command(args: argparse.Namespace) -> None:
     agent = make_agent(args, PPOConfig(seed=args.seed), env_kwargs)
     check_chat_template(args, agent.tokenizer)
     envs = make_envs(args, min(args.num_envs, args.episodes), agent.tokenizer, env_kwargs)
+    if not args.json:
+        wrapped = [f"tools {args.tools}"] * bool(args.tools) + ["its chat template"] * bool(args.chat_template)
+        print(f"{args.env_id}{' with ' + ' and '.join(wrapped) if wrapped else ''}, {env_kwargs or 'no env args'}")
     results = {"greedy": evaluate(agent, envs, args.episodes, greedy=True, progress=True)[0]}
     if args.sampled:
         results["sampled"] = evaluate(agent, envs, args.episodes, greedy=False, progress=True)[0]
