@@ -212,6 +212,8 @@ def report(args: argparse.Namespace, agent: Any, before: dict[str, Any], after: 
     summary = {
         "env": args.env_id,
         "model": args.model or "default (tiny Llama, warm-started)",
+        "tools": args.tools,
+        "warmstart_steps": args.warmstart_steps,
         "before": {k: before[k] for k in keys},
         "after": {k: after[k] for k in keys},
         "wall_seconds": round(wall, 1),
