@@ -18,12 +18,19 @@ ENVS: dict[str, tuple[str, int]] = {
 }
 
 
+TOOL_ENVS = ("lmgym/Calculator-v0", "lmgym/PythonTool-v0")
+"""Envs whose steps call tools: ``gym.make_vec`` gives them a ``ConcurrentVectorEnv`` (their tool
+calls overlap; ``backend="ray"`` for Ray actors), through ``lmgym.vector.make_vec``."""
+
+
 def register_envs() -> None:
     """Registers every lmgym env under the ``lmgym/`` namespace (idempotent), the adapters of the
     task libraries (``lmgym.compat``) included: their libraries load only when one is made."""
     from lmgym.compat import COMPAT
+    from lmgym.vector import vector_entry_point
 
     shipped = {env_id: (entry_point, steps) for env_id, (entry_point, steps, *_) in COMPAT.items()}
     for env_id, (entry_point, max_steps) in {**ENVS, **shipped}.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=entry_point, max_episode_steps=max_steps)
+            vector = vector_entry_point(env_id) if env_id in TOOL_ENVS else None
+            gym.register(id=env_id, entry_point=entry_point, max_episode_steps=max_steps, vector_entry_point=vector)

@@ -90,6 +90,8 @@ class Guarded(gym.Wrapper):
         for attempt in (1, 2):
             try:
                 done, result = self.worker.call(self.env.reset, seed=seed, options=options, timeout=self.deadline)
+            except EnvError as e:
+                return self.failed_reset(e)
             except Exception as e:
                 return self.failed_reset(self.error(f"reset raised {type(e).__name__}: {str(e)[:500]}"), e)
             if done:
@@ -107,6 +109,8 @@ class Guarded(gym.Wrapper):
             return "", 0.0, False, True, {"env_error": self.broken}
         try:
             done, result = self.worker.call(self.env.step, action, timeout=self.deadline)
+        except EnvError as e:  # it names its env already (a remote sub-env's)
+            return self.failed(e)
         except Exception as e:
             return self.failed(self.error(f"step raised {type(e).__name__}: {str(e)[:500]}", action), e)
         if not done:
@@ -123,7 +127,7 @@ class Guarded(gym.Wrapper):
     def failed(self, error: EnvError, cause: BaseException | None = None) -> tuple[Any, float, bool, bool, dict]:
         """``on_error="skip"``: the episode ends, truncated, in a fresh env; else ``error`` is raised."""
         if self.on_error != "skip":
-            raise error from cause
+            raise error from cause if cause is not None else error.__cause__
         self.faults["errors"] += 1
         self.replace(str(error))
         return "", 0.0, False, True, {"env_error": str(error)}
@@ -132,7 +136,7 @@ class Guarded(gym.Wrapper):
         """``on_error="skip"``: the episode starts empty in a fresh env and its first step ends it,
         truncated, with ``info["env_error"]``; else ``error`` is raised."""
         if self.on_error != "skip":
-            raise error from cause
+            raise error from cause if cause is not None else error.__cause__
         self.faults["errors"] += 1
         self.replace(str(error))
         self.broken = str(error)

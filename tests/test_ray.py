@@ -1,0 +1,104 @@
+"""Scale-out on Ray (``pip install 'lmgym[ray]'``): env actors spread over a simulated cluster,
+results equal to ``SyncVectorEnv``'s, an actor or a machine lost mid-episode."""
+
+import functools
+import importlib.util
+import os
+import signal
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import lmgym  # noqa: F401
+from lmgym.core import EnvError
+
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray: pip install 'lmgym[ray]'"),
+    pytest.mark.timeout(600),
+]
+SMALL_STORE = 80 * 2**20  # bytes: Ray's object store, kept small on a small machine
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=SMALL_STORE, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+make_calculator = functools.partial(gym.make, "lmgym/Calculator-v0")  # pickled to the actors by reference
+
+
+def trace(envs, steps=6):
+    """What a vector env returns for the oracle's actions (seeds 10-13), step by step."""
+    tokenizer = envs.get_attr("tokenizer")[0]
+    obs, infos = envs.reset(seed=[10, 11, 12, 13])
+    out = [(list(obs), str(infos))]
+    for _ in range(steps):
+        oracles = envs.call("get_wrapper_attr", "oracle")
+        actions = tuple(np.array(tokenizer.encode(oracle())[:128], dtype=np.int64) for oracle in oracles)
+        obs, rewards, terminated, truncated, infos = envs.step(actions)
+        out.append((list(obs), rewards.tolist(), terminated.tolist(), truncated.tolist(), str(infos)))
+    return out
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP])
+def test_the_same_results_as_sync_vector_env(ray_local, mode):
+    from lmgym.vector import RayVectorEnv
+
+    ray_envs = RayVectorEnv([make_calculator] * 4, envs_per_actor=2, num_cpus=0.25, autoreset_mode=mode)
+    assert len(ray_envs.groups) == 2
+    assert trace(ray_envs) == trace(SyncVectorEnv([make_calculator] * 4, autoreset_mode=mode))
+    ray_envs.close()
+
+
+def test_gym_make_vec_steps_tool_envs_concurrently_and_on_ray_when_asked(ray_local):
+    from lmgym.vector import ConcurrentVectorEnv, RayVectorEnv
+
+    assert isinstance(gym.make_vec("lmgym/PythonTool-v0", num_envs=2), ConcurrentVectorEnv)
+    envs = gym.make_vec("lmgym/Calculator-v0", num_envs=4, backend="ray", num_cpus=0.25, envs_per_actor=4)
+    assert isinstance(envs, RayVectorEnv) and envs.spec.id == "lmgym/Calculator-v0"
+    local = gym.make_vec("lmgym/Calculator-v0", 4)
+    assert list(envs.reset(seed=[1, 2, 3, 4])[0]) == list(local.reset(seed=[1, 2, 3, 4])[0])
+    envs.close()
+
+
+def test_a_killed_actor_is_started_again_and_its_episodes_go_on(ray_local):
+    from lmgym.vector import RayVectorEnv
+
+    mode = AutoresetMode.SAME_STEP
+    envs = RayVectorEnv([make_calculator] * 4, envs_per_actor=2, num_cpus=0.25, autoreset_mode=mode)
+    expected = trace(SyncVectorEnv([make_calculator] * 4, autoreset_mode=mode), steps=2)
+    tokenizer = envs.get_attr("tokenizer")[0]
+    obs, _ = envs.reset(seed=[10, 11, 12, 13])
+    oracles = envs.call("get_wrapper_attr", "oracle")
+    first = tuple(np.array(tokenizer.encode(o())[:128], dtype=np.int64) for o in oracles)
+    envs.step(first)  # a calculator call: every episode is mid-way
+    os.kill(ray_local.get(envs.groups[0].actor.pid.remote()), signal.SIGKILL)
+    oracles = envs.call("get_wrapper_attr", "oracle")  # the first call to the dead actor replays
+    second = tuple(np.array(tokenizer.encode(o())[:128], dtype=np.int64) for o in oracles)
+    obs, rewards, terminated, truncated, infos = envs.step(second)
+    assert (list(obs), rewards.tolist()) == (expected[2][0], expected[2][1])  # no episode lost or played twice
+    assert envs.restarts == 1 and envs.groups[1].restarts == 0
+    envs.close()
+
+
+def test_an_actor_that_keeps_dying_is_named(ray_local):
+    from lmgym.vector import RayVectorEnv
+
+    envs = RayVectorEnv([make_calculator] * 2, num_cpus=0.25, max_restarts=1)
+    envs.reset(seed=[5, 6])
+    for _ in range(2):
+        os.kill(ray_local.get(envs.groups[1].actor.pid.remote()), signal.SIGKILL)
+        try:
+            envs.step(tuple(np.array([48], dtype=np.int64) for _ in range(2)))
+        except EnvError as e:
+            assert "sub-env 1 (lmgym/Calculator-v0, seed 6)" in str(e) and "max_restarts=1" in str(e)
+            break
+    else:
+        pytest.fail("the second death was not reported")
+    envs.close()
