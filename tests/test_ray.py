@@ -102,3 +102,60 @@ def test_an_actor_that_keeps_dying_is_named(ray_local):
     else:
         pytest.fail("the second death was not reported")
     envs.close()
+
+
+# ------------------------------------------------------------------------------ rollout engines
+def engine_agents(ray_local, **engine):
+    import copy
+
+    from helpers import tiny_model
+
+    from lmgym.agents import PPOAgent, PPOConfig
+    from lmgym.tokenizers import ByteTokenizer
+
+    model = tiny_model(258, 256, seed=3, n_layer=2, n_embd=32, n_positions=256)
+    local = PPOAgent(copy.deepcopy(model), tokenizer=ByteTokenizer(), config=PPOConfig(seed=0))
+    config = PPOConfig(seed=0, engines=2, engine_kwargs={"num_cpus": 0.5, **engine})
+    remote = PPOAgent(copy.deepcopy(model), tokenizer=ByteTokenizer(), config=config)
+    return local, remote
+
+
+def test_two_engine_actors_give_the_episodes_one_local_engine_gives(ray_local):
+    import torch
+
+    local, remote = engine_agents(ray_local)
+    envs = gym.make_vec("lmgym/Pipeline-v0", num_envs=4, transforms=[lambda out: " and again: "], max_action_tokens=8)
+    batches = []
+    for agent in (local, remote):
+        torch.manual_seed(11)  # the same per-episode keys
+        batches.append(agent.collect(envs, 8, seeds=list(range(8))))
+    for a, b in zip(*batches):
+        assert torch.equal(a.tokens, b.tokens) and a.turn_ends == b.turn_ends
+        torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=0)  # the trainer's own log-probs
+        torch.testing.assert_close(a.values, b.values, atol=1e-5, rtol=0)
+    remote.close()
+
+
+def test_weights_reach_the_engine_actors_through_files(ray_local):
+    import torch
+
+    local, remote = engine_agents(ray_local)
+    with torch.no_grad():
+        for p in remote.model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+        remote.value_head.bias.fill_(0.5)
+    envs = gym.make_vec("lmgym/Echo-v0", num_envs=4)
+    stale = remote.collect(envs, 4, score=False)
+    remote.engine.sync_weights()
+    fresh = remote.collect(envs, 4, score=False)
+    for batch, close in ((stale, False), (fresh, True)):
+        scored = [e for e in batch]
+        for e in scored:
+            with torch.no_grad():
+                logits = remote.model(e.tokens[None]).logits[0, :-1].double()
+            logp = torch.log_softmax(logits, -1).gather(-1, e.tokens[1:, None]).squeeze(-1)
+            mask = e.action_mask[1:]
+            gap = (e.logprobs[1:][mask].double() - logp[mask]).abs().max().item()
+            assert (gap < 1e-4) == close, gap
+    assert all(abs(v - 0.5) < 0.5 for e in fresh for v in e.values[e.action_mask].tolist())
+    remote.close()

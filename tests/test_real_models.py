@@ -134,12 +134,12 @@ def test_train_with_a_tool_on_a_task_library_env_and_eval_applies_it(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = [x for x in result.stdout.splitlines() if x.startswith("recipe for a pretrained model: ")]
     assert "LoRA r=16" in line and "warm start 30 steps on the oracle" in line and "max_action_tokens" in line
-    budget = int(line.split("max_action_tokens ")[1].split()[0])
+    budget = int(line.split("max_action_tokens ")[1].split(",")[0])
+    assert "max_episode_steps 4" in line  # the oracle's two turns, twice: fewer than the env's 16
     result = lmgym_cli("eval", "lmgym/ReasoningGym-v0", "--model", str(out / "model"), "--episodes", "4")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"with tools calc and its chat template, {{'task': 'basic_arithmetic', 'max_action_tokens': {budget}}}" in (
-        result.stdout
-    )
+    args = f"{{'task': 'basic_arithmetic', 'max_action_tokens': {budget}, 'max_episode_steps': 4}}"
+    assert f"with tools calc and its chat template, {args}" in result.stdout
 
 
 def one_line_error(result, expected):

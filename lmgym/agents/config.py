@@ -97,17 +97,24 @@ class EngineConfig:
     reuse_kv_cache: bool = True
     """Keep the HF engine's KV cache across the turns of an episode, so a turn prefills only the
     env's new tokens (``False``: prefill the whole history every turn; same tokens, slower)."""
+    engines: int = 0
+    """Run this many copies of the engine in Ray actors, anywhere in a Ray cluster
+    (``lmgym.agents.engines.RayEngine``, ``pip install 'lmgym[ray]'``; ``kwargs`` may hold
+    ``num_cpus``, ``num_gpus``, ``weights_dir``, ``actor_options``); 0 runs it in this process."""
 
     def __post_init__(self) -> None:
         from lmgym.agents.engines import ENGINES
 
         if self.name not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {self.name!r}")
+        if self.engines < 0:
+            raise ValueError(f"engines must be >= 0, got {self.engines}")
 
     @property
     def arguments(self) -> dict[str, Any]:
-        """The engine's constructor arguments: ``kwargs``, and ``reuse_kv_cache`` for the HF engine."""
-        return {"reuse_cache": self.reuse_kv_cache, **self.kwargs} if self.name == "hf" else dict(self.kwargs)
+        """``make_engine``'s arguments: ``engines``, ``kwargs``, and ``reuse_kv_cache`` for the HF engine."""
+        own = {"reuse_cache": self.reuse_kv_cache} if self.name == "hf" else {}
+        return {"engines": self.engines, **own, **self.kwargs}
 
 
 @dataclass
@@ -164,6 +171,7 @@ MOVED: dict[str, tuple[str, str]] = {
     "max_env_errors": ("rollout", "max_env_errors"),
     "engine_kwargs": ("engine", "kwargs"),
     "reuse_kv_cache": ("engine", "reuse_kv_cache"),
+    "engines": ("engine", "engines"),
     "peft_config": ("model", "peft_config"),
     "gradient_checkpointing": ("model", "gradient_checkpointing"),
     "mixed_precision": ("model", "mixed_precision"),
@@ -172,7 +180,7 @@ MOVED: dict[str, tuple[str, str]] = {
     "record_episodes": ("run", "record_episodes"),
     "record_every": ("run", "record_every"),
 }
-"""The flat names of earlier releases (still the CLI's flags) -> (group, field). A plain string
+"""The flat names of the grouped settings (the CLI's flags; earlier releases' fields) -> (group, field). A plain string
 for ``engine`` is its name: ``PPOConfig(engine="vllm")``."""
 
 

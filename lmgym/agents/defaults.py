@@ -52,6 +52,9 @@ class Recipe:
     """Supervised steps on the env's oracle before RL (0 where the env has no oracle)."""
     max_action_tokens: int | None = None
     """The turn budget in the model's tokens, sized from the task (``None``: the env's own)."""
+    max_episode_steps: int | None = None
+    """Turns an episode may take, sized from the task (``None``: the env's registered limit):
+    a model that keeps calling a tool stops there instead of filling the context."""
 
     def describe(self) -> str:
         c, lora = self.config, self.config.get("peft_config")
@@ -64,6 +67,7 @@ class Recipe:
                 f"{c['episodes_per_update']} episodes an update",
                 f"{c['n_epochs']} epoch{'s' if c['n_epochs'] != 1 else ''}",
                 f"max_action_tokens {self.max_action_tokens}" if self.max_action_tokens else "the env's budget",
+                f"max_episode_steps {self.max_episode_steps}" if self.max_episode_steps else "the env's turn limit",
             ]
         )
 
@@ -72,41 +76,46 @@ def pretrained_recipe(env: gym.Env, tokenizer: Any, lora: bool | None = None) ->
     """The settings for training a pretrained model on ``env`` (made as the run plays it, with the
     model's tokenizer): LoRA when peft is installed (``lora=False``: full fine-tuning, at TRL's
     learning rate), a warm start of ``PRETRAINED_WARMSTART_STEPS`` where the env has an oracle,
-    and ``action_budget``.
+    and the budgets of ``action_budget`` (the turns only where they are fewer than the env's limit).
 
     Example:
         >>> import lmgym
         >>> env = gym.make("lmgym/Calculator-v0")
         >>> recipe = pretrained_recipe(env, env.get_wrapper_attr("tokenizer"), lora=False)
-        >>> recipe.warmstart_steps, recipe.max_action_tokens, recipe.config["learning_rate"]
-        (30, 64, 1.41e-05)
+        >>> recipe.warmstart_steps, recipe.max_action_tokens, recipe.max_episode_steps, recipe.config["learning_rate"]
+        (30, 64, None, 1.41e-05)
     """
     lora = importlib.util.find_spec("peft") is not None if lora is None else lora
     config = {**PRETRAINED_CONFIG, "peft_config": dict(PRETRAINED_LORA) if lora else None}
     if not lora:
         config["learning_rate"] = PPOConfig.learning_rate  # all weights move: TRL's rate for them
     budget = action_budget(env, tokenizer)
-    return Recipe(config, PRETRAINED_WARMSTART_STEPS if budget else 0, budget)
+    if budget is None:
+        return Recipe(config, 0)
+    limit = getattr(env.spec, "max_episode_steps", None) if env.spec else None
+    turns = budget[1] if limit is None or budget[1] < limit else None
+    return Recipe(config, PRETRAINED_WARMSTART_STEPS, budget[0], turns)
 
 
-def action_budget(env: gym.Env, tokenizer: Any, seeds: range = range(16), max_turns: int = 8) -> int | None:
-    """A turn budget for ``env`` in ``tokenizer``'s tokens, from the task: twice the longest turn
-    its oracle plays over ``seeds`` (up to ``max_turns`` turns an episode), plus 16, at least 32,
-    rounded up to a multiple of 8. ``None`` when the env has no oracle."""
-    longest = 0
+def action_budget(env: gym.Env, tokenizer: Any, seeds: range = range(16), turns: int = 32) -> tuple[int, int] | None:
+    """Budgets for ``env`` from its task, as its oracle plays ``seeds``: tokens a turn (in
+    ``tokenizer``'s tokens: twice the oracle's longest turn plus 16, at least 32, a multiple of
+    8) and turns an episode (twice the oracle's most, at least 2; it plays at most ``turns``).
+    ``None`` when the env has no oracle."""
+    longest, most = 0, 0
     for seed in seeds:
         env.reset(seed=seed)
-        for _ in range(max_turns):
+        for turn in range(1, turns + 1):
             try:
                 text = env.get_wrapper_attr("oracle")()
             except (NotImplementedError, AttributeError):
                 return None
             ids = tokenizer.encode(text)
-            longest = max(longest, len(ids))
+            longest, most = max(longest, len(ids)), max(most, turn)
             _, _, terminated, truncated, _ = env.step(ids)
             if terminated or truncated:
                 break
-    return -(-max(32, 2 * longest + 16) // 8) * 8
+    return -(-max(32, 2 * longest + 16) // 8) * 8, max(2, 2 * most)
 
 
 def default_config(**overrides: Any) -> PPOConfig:

@@ -100,7 +100,8 @@ def warm_start(args: argparse.Namespace, model: Any, tokenizer: Any, env_kwargs:
 def pretrained_recipe(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> Any:
     """``--model``: ``lmgym.agents.defaults.pretrained_recipe`` for the env as the run plays it
     (its tools and chat template, the model's tokenizer). What the user set stays: a
-    ``--warmstart-steps``, an ``--env-arg max_action_tokens``, a ``--lora``, any config flag."""
+    ``--warmstart-steps``, an ``--env-arg max_action_tokens`` or ``max_episode_steps``, a
+    ``--lora``, any config flag."""
     from lmgym.agents import defaults
     from lmgym.tokenizers import load_tokenizer
 
@@ -117,9 +118,10 @@ def pretrained_recipe(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> A
     if args.warmstart_steps is None:
         args.warmstart_steps = recipe.warmstart_steps
     recipe.warmstart_steps = args.warmstart_steps
-    if recipe.max_action_tokens and "max_action_tokens" not in env_kwargs:
-        env_kwargs["max_action_tokens"] = recipe.max_action_tokens
-    recipe.max_action_tokens = env_kwargs.get("max_action_tokens")
+    for budget in ("max_action_tokens", "max_episode_steps"):  # an --env-arg wins over the recipe
+        if getattr(recipe, budget) and budget not in env_kwargs:
+            env_kwargs[budget] = getattr(recipe, budget)
+        setattr(recipe, budget, env_kwargs.get(budget))
     return recipe
 
 

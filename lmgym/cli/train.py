@@ -94,7 +94,7 @@ def train(args: argparse.Namespace) -> None:
     from lmgym.agents.engines import EngineDied, engine_problem
     from lmgym.agents.models import format_memory
 
-    problem = engine_problem(config.engine.name)  # before any model is built or warm-started
+    problem = None if config.engine.engines else engine_problem(config.engine.name)  # before any model is built
     if problem:
         raise UsageError(problem)
     agent = make_agent(args, config, env_kwargs)

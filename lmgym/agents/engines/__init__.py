@@ -11,6 +11,8 @@ an update; ``reset()`` drops whatever the engine cached; ``close()`` stops its p
   (``begin``/``flush``/``step``/``forget``) is the one decode loop both rollouts drive.
 - ``VLLMEngine`` (``vllm``, ``PPOConfig(engine="vllm")``): vLLM in a process of its own, on a GPU
   or on its CPU build; weights reloaded after each update, truncated importance sampling.
+- ``RayEngine`` (``remote``, ``PPOConfig(engines=N)``): N of either in Ray actors, anywhere in a
+  Ray cluster; an episode's turns on one of them; weights through files on a shared path.
 
 ``sampling`` holds the per-row sampler and the per-episode random streams. Engines take an
 ``EnginePolicy`` (the policy module, tokenizer and sampling settings), not the agent.
@@ -33,10 +35,15 @@ def engine_problem(name: str) -> str | None:
     return vllm_problem() if name == "vllm" else None
 
 
-def make_engine(name: str, policy: EnginePolicy, **kwargs: Any) -> Engine:
-    """The engine ``PPOConfig.engine.name`` names, built with ``kwargs`` (``PPOConfig.engine.kwargs``)."""
+def make_engine(name: str, policy: EnginePolicy, engines: int = 0, **kwargs: Any) -> Engine:
+    """The engine ``PPOConfig.engine.name`` names, built with ``kwargs`` (``PPOConfig.engine.kwargs``);
+    with ``engines`` > 0, that many of it in Ray actors (``RayEngine``)."""
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}: choose one of {', '.join(ENGINES)}")
+    if engines:
+        from lmgym.agents.engines.remote import RayEngine
+
+        return RayEngine(policy, engines, name, **kwargs)
     problem = engine_problem(name)
     if problem:
         raise EngineUnavailable(problem)
