@@ -227,6 +227,32 @@ def test_rl_keeps_a_solved_task_solved_at_the_defaults():
     assert baseline[0] == curve[0] and min(baseline) < curve[0] - 0.2, baseline  # the fix is what holds it
 
 
+@pytest.mark.slow
+def test_fsdp2_over_two_processes_gives_one_process_weights(tmp_path):
+    """The update under FSDP2 (``fsdp=True``: ``fully_shard`` on a CPU device mesh, gloo) over two
+    ranks, each on the same batch, ends with the weights one process gets, within 1e-5."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    script = str(pathlib.Path(__file__).parent / "scripts" / "fsdp_update.py")
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+    runs = {}
+    for name, launcher in [("one", []), ("two", ["-m", "torch.distributed.run", "--nproc_per_node", "2"])]:
+        (tmp_path / name).mkdir()
+        cmd = [sys.executable, *launcher, script, str(tmp_path / name)]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs[name] = torch.load(tmp_path / name / "weights.pt")
+    one, two = runs["one"], runs["two"]
+    assert (one["world"], one["type"]) == (1, "PolicyWithValue")
+    assert (two["world"], two["type"]) == (2, "FSDPPolicyWithValue")  # sharded, not replicated
+    assert one["moved"] > 1e-4  # the update changed the weights
+    gap = max((one["state"][k] - two["state"][k]).abs().max().item() for k in one["state"])
+    assert gap < 1e-5, gap
+
+
 class FirstCallEnv(LMEnv):
     """Reward depends only on the first call (its count of 'a'), and arrives after the second."""
 

@@ -131,6 +131,10 @@ class ModelConfig:
     """accelerate's mixed precision: ``"no"``, ``"fp16"`` or ``"bf16"``."""
     forward_batch_size: int = 32
     """Episodes per forward pass when scoring (log-probs, values, reference log-probs)."""
+    fsdp: bool = False
+    """Under ``accelerate launch`` or ``torchrun`` with several processes, shard the policy with
+    FSDP2 (``torch.distributed.fsdp.fully_shard``: each decoder layer, the LM, the value head)
+    instead of replicating it with DDP. Not with LoRA adapters."""
 
     def __post_init__(self) -> None:
         from lmgym.agents.models import plain_peft_config
@@ -176,6 +180,7 @@ MOVED: dict[str, tuple[str, str]] = {
     "gradient_checkpointing": ("model", "gradient_checkpointing"),
     "mixed_precision": ("model", "mixed_precision"),
     "forward_batch_size": ("model", "forward_batch_size"),
+    "fsdp": ("model", "fsdp"),
     "checkpoint_every": ("run", "checkpoint_every"),
     "record_episodes": ("run", "record_episodes"),
     "record_every": ("run", "record_every"),

@@ -198,6 +198,22 @@ def adamw(params: list[torch.nn.Parameter], lr: float) -> torch.optim.AdamW:
         return torch.optim.AdamW(params, lr=lr)
 
 
+def shard(policy: torch.nn.Module, device: torch.device, world_size: int) -> None:
+    """FSDP2 (``fully_shard``) on ``policy`` over ``world_size`` processes, in place: each
+    decoder layer (the model's ``_no_split_modules``), then the LM, then the whole policy."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(device.type, (world_size,))
+    model: Any = policy.model
+    if hasattr(model, "disable_adapter"):
+        raise ValueError("fsdp=True is not supported with LoRA adapters (peft_config): use DDP")
+    layers = set(getattr(model, "_no_split_modules", None) or [])
+    for module in [m for m in model.modules() if type(m).__name__ in layers]:
+        fully_shard(module, mesh=mesh)
+    fully_shard(policy, mesh=mesh)
+
+
 def prepare_model(model: Any, tokenizer: Any, config: Any) -> tuple[PreTrainedModel, Tokenizer]:
     """The model and tokenizer ``PPOAgent`` trains: ``model`` loaded when it is a name or path
     (its tokenizer too, unless given), the vocabulary checked, dropout off (it would make the PPO

@@ -45,7 +45,7 @@ from lmgym.agents.config import PPOConfig
 from lmgym.agents.defaults import default_agent
 from lmgym.agents.engines import Engine, EnginePolicy, Generation, make_engine
 from lmgym.agents.kl import KLController
-from lmgym.agents.models import adamw, load_model, memory_estimate, prepare_model, reference_model
+from lmgym.agents.models import adamw, load_model, memory_estimate, prepare_model, reference_model, shard
 from lmgym.agents.policy import PolicyWithValue, action_logits, action_logprobs, state_values
 from lmgym.agents.rollout import EVAL_SEED_OFFSET, RolloutCollector, as_vector_env
 from lmgym.agents.trajectories import Episode, Trajectories, pad_batch
@@ -89,8 +89,14 @@ class PPOAgent:
         self.is_peft = hasattr(model, "disable_adapter") and ref_model is None
         self.ref_model = None if self.is_peft else reference_model(model, ref_model, self.accelerator.device)
         policy = PolicyWithValue(model)
+        sharded = self.config.model.fsdp and self.accelerator.num_processes > 1
+        if sharded:  # FSDP2 in place; accelerate prepares the optimizer only
+            shard(policy, self.accelerator.device, self.accelerator.num_processes)
         optimizer = adamw([p for p in policy.parameters() if p.requires_grad], self.config.learning_rate)
-        self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
+        if sharded:
+            self.policy, self.optimizer = policy, self.accelerator.prepare(optimizer)
+        else:
+            self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
         engine = make_engine(self.config.engine.name, self.engine_policy(), **self.config.engine.arguments)
         limit = getattr(model.config, "max_position_embeddings", None) or 2048
         self.rollout = RolloutCollector(
@@ -336,6 +342,9 @@ class PPOAgent:
             return
         returns = torch.tensor(batch.returns, dtype=torch.float32, device=self.accelerator.device)
         mean = float(self.accelerator.gather(returns).mean())  # every rank the same bias
+        policy = self.accelerator.unwrap_model(self.policy)
+        if hasattr(policy, "reshard"):  # FSDP2: write the sharded parameter, not a gathered copy
+            policy.reshard()
         head.bias.fill_(mean)
         for e in batch:
             assert e.values is not None, "score() fills the values"

@@ -112,14 +112,20 @@ class HFEngine:
 
     @contextlib.contextmanager
     def decoding(self) -> Iterator[None]:
-        """The policy in eval mode, without gradients, for a decode loop."""
-        model = self.policy.model
+        """The policy in eval mode, without gradients, for a decode loop (an FSDP2 policy's own
+        parameters gathered: the loop calls its LM and value head directly)."""
+        model, module = self.policy.model, self.policy.module
         was_training = model.training
         model.eval()
+        sharded = hasattr(module, "unshard")  # FSDP2: its own parameters gathered for the whole loop
+        if sharded:
+            module.unshard()
         try:
             with torch.no_grad():
                 yield
         finally:
+            if sharded:
+                module.reshard()
             model.train(was_training)
 
     # ------------------------------------------------------------------------ the Engine protocol
