@@ -191,6 +191,35 @@ def test_learns_echo(estimator):
     assert after > before + 0.1, (before, after)
 
 
+@pytest.mark.slow
+def test_the_overlapped_update_learns_from_batches_one_version_stale():
+    tok = CharTokenizer()
+    config = PPOConfig(learning_rate=1e-3, seed=0, kl_coef=0.0, episodes_per_update=32, overlap_update=True)
+    agent = PPOAgent(tiny_model(tok.vocab_size, tok.eos_token_id), tokenizer=tok, config=config)
+    envs = gym.make_vec("lmgym/Echo-v0", num_envs=16, length=2, max_action_tokens=3, tokenizer=tok)
+    seen = []
+
+    class Versions:
+        def on_collect(self, agent, batch):
+            seen.append((agent.num_updates, {int(e.versions[e.action_mask].max()) for e in batch}))
+
+    before = measure(agent, envs)
+    agent.learn(envs, total_episodes=32 * 25, callbacks=[Versions()], progress_bar=False)
+    after = measure(agent, envs)
+    assert after > before + 0.1, (before, after)
+    assert seen[0] == (0, {0}) and all(versions == {n - 1} for n, versions in seen[1:])  # sampled one update before
+    assert agent.engine_version == agent.num_updates  # the engine has the last weights again
+
+
+def test_an_episode_staler_than_max_staleness_is_refused():
+    tok = CharTokenizer()
+    agent = PPOAgent(tiny_model(tok.vocab_size, tok.eos_token_id), tokenizer=tok, config=PPOConfig(seed=0))
+    batch = agent.collect(gym.make("lmgym/Echo-v0", tokenizer=tok), num_episodes=2)
+    agent.num_updates = 2  # as if two updates ran since the batch was sampled
+    with pytest.raises(ValueError, match="an episode sampled 2 updates ago, more than max_staleness=1"):
+        agent.update(batch)
+
+
 def solved_task_run(agent, envs):
     """Greedy success on 128 held-out seeds before RL and after every second of 12 updates."""
     from lmgym.agents.evaluation import evaluate

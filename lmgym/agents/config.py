@@ -44,6 +44,17 @@ class RolloutConfig:
     only where tools are slow next to generation (``benchmarks/tools.py``). It decodes through
     the HF engine's per-row API, so a ``generate`` override is not used there."""
 
+    overlap_update: bool = False
+    """Collect the next batch while the update trains on this one (one-step off-policy: the next
+    batch is sampled by the policy before this update, so it is one version stale when it is
+    trained on; truncated importance sampling against the sampler's log-probs corrects it,
+    ``tis_cap``). The engine generates from weights of its own: vLLM's, Ray actors', or for the
+    HF engine a copy of the policy (``SnapshotEngine``), synced between updates. Off by default:
+    it pays where the envs are slow (tools) or the engines are elsewhere."""
+    max_staleness: int = 1
+    """With ``overlap_update``: the most policy versions a trained-on token may lag. The pipeline
+    holds one batch in flight, so it is 1; a batch older than this is refused (``update``)."""
+
     step_timeout: float | None = 300.0
     """Seconds an env's ``step`` or ``reset`` may take (``lmgym.vector.Guarded``): a step past it
     ends its episode as truncated (reward 0, ``info["timeout"]``, counted in ``env/timeouts``) and
@@ -65,6 +76,8 @@ class RolloutConfig:
             raise ValueError(f"on_env_error must be one of {ON_ERROR}, got {self.on_env_error!r}")
         if self.step_timeout is not None and not self.step_timeout > 0:
             raise ValueError(f"step_timeout must be a positive number of seconds or None, got {self.step_timeout}")
+        if self.max_staleness < 1:
+            raise ValueError(f"max_staleness must be >= 1, got {self.max_staleness}")
         if not 0 <= self.max_env_errors <= 1:
             raise ValueError(f"max_env_errors must be in [0, 1], got {self.max_env_errors}")
         if not isinstance(self.generation_kwargs, dict):
@@ -170,6 +183,8 @@ MOVED: dict[str, tuple[str, str]] = {
     "max_new_tokens": ("rollout", "max_new_tokens"),
     "max_context_tokens": ("rollout", "max_context_tokens"),
     "overlap_rollout": ("rollout", "overlap"),
+    "overlap_update": ("rollout", "overlap_update"),
+    "max_staleness": ("rollout", "max_staleness"),
     "step_timeout": ("rollout", "step_timeout"),
     "on_env_error": ("rollout", "on_env_error"),
     "max_env_errors": ("rollout", "max_env_errors"),

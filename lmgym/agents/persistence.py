@@ -158,6 +158,7 @@ def load_training_state(agent: PPOAgent, path: str | os.PathLike, envs: gym.Env 
         raise checkpoints.CheckpointError(
             f"{str(path)!r} does not fit this agent ({type(e).__name__}: {str(e).splitlines()[0]:.150})"
         ) from e
+    agent.sync_engine()  # the engine samples with the loaded weights, as their version
     return path
 
 

@@ -31,7 +31,7 @@ from accelerate.utils import set_seed
 from gymnasium.vector import VectorEnv
 from transformers import PreTrainedModel
 
-from lmgym.agents import persistence
+from lmgym.agents import persistence, scoring
 from lmgym.agents.advantages import (
     explained_variance,
     gae,
@@ -46,7 +46,8 @@ from lmgym.agents.defaults import default_agent
 from lmgym.agents.engines import Engine, EnginePolicy, Generation, make_engine
 from lmgym.agents.kl import KLController
 from lmgym.agents.models import adamw, load_model, memory_estimate, prepare_model, reference_model, shard
-from lmgym.agents.policy import PolicyWithValue, action_logits, action_logprobs, state_values
+from lmgym.agents.overlap import batch_size, overlapped_batches
+from lmgym.agents.policy import PolicyWithValue, action_logprobs, state_values
 from lmgym.agents.rollout import EVAL_SEED_OFFSET, RolloutCollector, as_vector_env
 from lmgym.agents.trajectories import Episode, Trajectories, pad_batch
 
@@ -106,7 +107,9 @@ class PPOAgent:
             self.config.kl_coef, self.config.adaptive_kl, self.config.kl_target, self.config.kl_horizon
         )
         self.num_episodes = 0
-        self.num_updates = 0
+        self.num_updates = 0  # also the policy's version: the engine samples with ``engine_version``
+        self.engine_version = 0
+        self.overlapping = False  # learn's overlapped update: the engine is synced between updates, not in them
 
     default = classmethod(default_agent)
 
@@ -166,7 +169,10 @@ class PPOAgent:
         """Runs ``num_episodes`` episodes (``RolloutCollector.collect``, which says what each
         argument does) and returns them, scored unless ``score=False``: old and reference
         log-probs and values, which ``update`` needs and an evaluation does not."""
+        version = self.engine_version
         batch = self.rollout.collect(envs, num_episodes, group_size, seeds, generation_kwargs)
+        for e in batch:
+            e.versions = torch.where(e.action_mask, version, -1)  # the weights that sampled each token
         if score:
             self.score(batch)
         return batch
@@ -192,54 +198,8 @@ class PPOAgent:
         return self.rollout.env_contract(as_vector_env(envs))
 
     # --------------------------------------------------------------------------------- score
-    @torch.no_grad()
-    def score(self, episodes: Iterable[Episode]) -> None:
-        """Fills what each unscored episode lacks: old log-probs and values (the HF engine's
-        decode loop already gave them), the value after a truncated episode's last token, and
-        reference log-probs (skipped when the KL term is off: ``kl_coef=0``, not adaptive)."""
-        todo = [e for e in episodes if not e.scored]
-        temperature = self.config.rollout.temperature
-        for chunk in self._chunks([e for e in todo if e.logprobs is None or e.values is None or e.truncated]):
-            tokens, attention = self._padded(chunk)
-            actions = pad_batch([e.action_mask for e in chunk], False)[0].to(tokens.device)
-            logits, values = self.policy(tokens, attention, actions)  # (N, V): the action tokens' only
-            logprobs = action_logprobs(logits, tokens, actions, temperature)[1]  # (B, T)
-            state_v = state_values(values)  # (B, T)
-            for row, e in enumerate(chunk):
-                T, mask = e.length, e.action_mask
-                if e.logprobs is None or e.values is None:
-                    e.logprobs = torch.where(mask, logprobs[row, :T].cpu(), 0.0)
-                    e.values = torch.where(mask, state_v[row, :T].float().cpu(), 0.0)
-                e.bootstrap_value = float(values[row, T - 1])
-        kl_off = self.kl_controller.value == 0 and not self.config.adaptive_kl
-        for chunk in self._chunks([e for e in todo if e.ref_logprobs is None]):
-            if kl_off:  # as TRL with beta=0: no reference forward, KL reads 0
-                for e in chunk:
-                    e.ref_logprobs = e.logprobs
-                continue
-            tokens, attention = self._padded(chunk)
-            actions = pad_batch([e.action_mask for e in chunk], False)[0].to(tokens.device)
-            ref_logprobs = action_logprobs(self.ref_logits(tokens, attention, actions), tokens, actions, temperature)[1]
-            for row, e in enumerate(chunk):
-                e.ref_logprobs = torch.where(e.action_mask, ref_logprobs[row, : e.length].cpu(), 0.0)
-
-    def _chunks(self, episodes: list[Episode]) -> Iterator[list[Episode]]:
-        size = self.config.model.forward_batch_size
-        return (episodes[i : i + size] for i in range(0, len(episodes), size))
-
-    def _padded(self, episodes: list[Episode]) -> tuple[torch.Tensor, torch.Tensor]:
-        tokens, attention = pad_batch([e.tokens for e in episodes], self.tokenizer.pad_token_id)
-        return tokens.to(self.accelerator.device), attention.to(self.accelerator.device)
-
-    def ref_logits(self, tokens: torch.Tensor, attention: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """The reference model's logits (N, V) that predict the action tokens (the PEFT base with
-        adapters off, for a PEFT model)."""
-        gather = self.accelerator.unwrap_model(self.policy).head_on_hidden
-        if self.ref_model is not None:
-            return action_logits(self.ref_model, tokens, attention, actions, gather)[0]
-        model: Any = self.model  # a PeftModel
-        with model.disable_adapter():
-            return action_logits(model, tokens, attention, actions, gather)[0]
+    score = scoring.score
+    ref_logits = scoring.ref_logits
 
     # -------------------------------------------------------------------------- advantages
     def compute_rewards(self, episode: Episode) -> tuple[torch.Tensor, torch.Tensor]:
@@ -287,6 +247,7 @@ class PPOAgent:
         if len(batch) == 0:
             raise ValueError("update needs at least one episode")
         cfg, start, device = self.config, time.perf_counter(), self.accelerator.device
+        self.refresh_stale(batch)
         self.score(batch)
         self.init_value_head(batch)
         targets = self.compute_advantages(batch)
@@ -327,8 +288,30 @@ class PPOAgent:
         if cfg.estimator == "gae":
             metrics["value/explained_variance"] = explained_variance(batch, targets["returns"])
         self.num_updates += 1
-        self.engine.sync_weights()
+        if not self.overlapping:
+            self.sync_engine()
         return metrics
+
+    def sync_engine(self) -> None:
+        """Pushes the policy's weights to the rollout engine (after an update)."""
+        self.engine.sync_weights()
+        self.engine_version = self.num_updates
+
+    def refresh_stale(self, batch: Trajectories) -> None:
+        """Episodes sampled by an older policy (the overlapped update's): their log-probs become
+        the sampler's, for the importance weights, and ``score`` computes the current policy's.
+        An episode more than ``max_staleness`` versions old is refused."""
+        for e in batch:
+            if e.versions is None or not e.action_mask.any():
+                continue
+            age = self.num_updates - int(e.versions[e.action_mask].min())
+            if age > self.config.rollout.max_staleness:
+                raise ValueError(
+                    f"an episode sampled {age} updates ago, more than max_staleness={self.config.rollout.max_staleness}"
+                )
+            if age > 0 and e.logprobs is not None:
+                e.sampler_logprobs = e.sampler_logprobs if e.sampler_logprobs is not None else e.logprobs
+                e.logprobs = e.values = None
 
     @torch.no_grad()
     def init_value_head(self, batch: Trajectories) -> None:
@@ -464,35 +447,37 @@ class PPOAgent:
             if self.accelerator.is_main_process:
                 print(f"resumed from {resumed} (update {self.num_updates}, {self.num_episodes} episodes)")
         own = run_callbacks(self, envs, total_episodes, callbacks, log_dir, checkpoint_dir, progress_bar)
+        overlapped = self.config.rollout.overlap_update
+        batches = overlapped_batches(self, envs, total_episodes) if overlapped else self.batches(envs, total_episodes)
         try:
-            while self.num_episodes < total_episodes:
-                if not self.learn_step(envs, total_episodes, callbacks, own):
+            for batch, collect_time in batches:
+                if not self.learn_step(batch, collect_time, total_episodes, callbacks, own):
                     break
         finally:  # metrics written so far are flushed, the bar closed, even when an env fails
             for cb in own:
                 cb.close()
         return self
 
-    def learn_step(self, envs: gym.Env | VectorEnv, total_episodes: int, callbacks: list, own: list) -> bool:
-        """One collect and update of ``learn``, with its callbacks; ``False`` when one says stop."""
-        self.anneal_learning_rate(total_episodes)
-        started = time.perf_counter()
-        batch = self.collect(envs, self.next_batch_size(total_episodes))
-        collect_time = time.perf_counter() - started
+    def batches(self, envs: gym.Env | VectorEnv, total_episodes: int) -> Iterator[tuple[Trajectories, float]]:
+        """``learn``'s batches, each collected when the update before it is done, with its seconds
+        (``overlapped_batches`` collects the next during the update)."""
+        while self.num_episodes < total_episodes:
+            started = time.perf_counter()
+            batch = self.collect(envs, batch_size(self, total_episodes, self.num_episodes))
+            yield batch, time.perf_counter() - started
+
+    def learn_step(self, batch: Trajectories, collect_time: float, total: int, callbacks: list, own: list) -> bool:
+        """One update of ``learn`` on ``batch``, with the callbacks; ``False`` when one says stop."""
         if fire(callbacks, "on_collect", self, batch) is False:
             return False
+        self.anneal_learning_rate(total)
         metrics = self.update(batch)
         self.num_episodes += len(batch)
         metrics.update({"time/collect": collect_time, "env/episodes": self.num_episodes})
         stop = fire(callbacks, "on_update", self, metrics) is False  # a callback may add metrics
         for cb in own:
-            cb.after_update(self, batch, metrics, last=stop or self.num_episodes >= total_episodes)
+            cb.after_update(self, batch, metrics, last=stop or self.num_episodes >= total)
         return not stop
-
-    def next_batch_size(self, total_episodes: int) -> int:
-        """Episodes of the next update: ``episodes_per_update``, fewer at the end, whole groups."""
-        k = self.config.group_size or 1
-        return max(k, min(self.config.episodes_per_update, total_episodes - self.num_episodes) // k * k)
 
     def anneal_learning_rate(self, total_episodes: int) -> None:
         """CleanRL's linear schedule to 0 by episodes done, when ``config.anneal_lr``."""

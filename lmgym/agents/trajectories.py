@@ -34,7 +34,10 @@ class Episode:
         logprobs / ref_logprobs / values: (T,) filled by ``PPOAgent.score``.
         bootstrap_value: V of the state after the last token (used when truncated).
         advantages: (T,) what ``PPOAgent.update`` trained each token with (0 off actions).
-        sampler_logprobs: (T,) an inexact engine's log-probs (vLLM), for importance correction.
+        sampler_logprobs: (T,) an inexact engine's log-probs (vLLM), or a stale batch's (the
+            overlapped update's), for importance correction.
+        versions: (T,) the policy version (updates done) that sampled each action token; -1
+            off actions. ``None`` until ``PPOAgent.collect`` tags it.
     """
 
     tokens: torch.Tensor
@@ -52,6 +55,7 @@ class Episode:
     bootstrap_value: float = 0.0
     advantages: torch.Tensor | None = None
     sampler_logprobs: torch.Tensor | None = None
+    versions: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         self.tokens = torch.as_tensor(self.tokens, dtype=torch.long)

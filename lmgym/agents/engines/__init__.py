@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmgym.agents.engines.base import Engine, EngineDied, EnginePolicy, EngineUnavailable, Generation
-from lmgym.agents.engines.hf import HFEngine, hf_generate
+from lmgym.agents.engines.hf import HFEngine, SnapshotEngine, hf_generate
 from lmgym.agents.engines.sampling import filtered, sample, stream_key, uniforms
 from lmgym.agents.engines.vllm import VLLMEngine, vllm_problem
 
@@ -58,6 +58,7 @@ __all__ = [
     "EngineUnavailable",
     "Generation",
     "HFEngine",
+    "SnapshotEngine",
     "VLLMEngine",
     "engine_problem",
     "filtered",

@@ -222,6 +222,23 @@ class HFEngine:
         return out.logits[:, -1], out.hidden_states[-1][:, -1]
 
 
+class SnapshotEngine(HFEngine):
+    """The HF engine on a copy of the policy: it generates while the trainer updates the policy
+    itself (``PPOConfig.rollout.overlap_update``); ``sync_weights`` copies the weights over."""
+
+    def __init__(self, policy: EnginePolicy, reuse_cache: bool = True):
+        import copy
+        import dataclasses
+
+        self.source = policy.module
+        super().__init__(dataclasses.replace(policy, module=copy.deepcopy(policy.module)), reuse_cache)
+
+    def sync_weights(self) -> None:
+        with torch.no_grad():
+            self.policy.module.load_state_dict(self.source.state_dict())
+        self.reset()
+
+
 def cache_argument(model: Any) -> str:
     """The name under which ``model``'s forward takes its KV cache: ``cache`` (later transformers 5
     releases) or ``past_key_values`` (5.19 and earlier). Passing the wrong one is silently ignored,
@@ -270,4 +287,4 @@ def hf_generate(
     return [cut_action(row[width:].tolist(), tok, stop_strings, max_new_tokens) for row in out.cpu()]
 
 
-__all__ = ["LEAN_KWARGS", "HFEngine", "cache_argument", "hf_generate"]
+__all__ = ["LEAN_KWARGS", "HFEngine", "SnapshotEngine", "cache_argument", "hf_generate"]
