@@ -47,3 +47,18 @@ def test_unknown_env_is_one_clear_line():
 
 def test_parse_kwargs():
     assert parse_kwargs(["max_digits=2", "operators=+-"]) == {"max_digits": 2, "operators": "+-"}
+
+
+def test_tools_from_the_command_line_count_as_turns():
+    """``--tools``: the env's turn limit wraps the tools too (``gym.make``'s is inside and never
+    sees a tool call), so a model that keeps calling one stops at the limit."""
+    import gymnasium as gym
+
+    from lmgym.cli.options import with_tools
+
+    env = with_tools(gym.make("lmgym/Echo-v0", max_episode_steps=3, max_action_tokens=32), "calc")
+    tokenizer = env.get_wrapper_attr("tokenizer")
+    obs, _ = env.reset(seed=0)
+    assert "<calc>EXPRESSION</calc>" in obs  # the prompt says how to call it
+    flags = [env.step(tokenizer.encode("<calc>1+1</calc>"))[2:4] for _ in range(3)]
+    assert flags == [(False, False), (False, False), (False, True)]

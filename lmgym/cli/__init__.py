@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "env_id", None):
-            args.env_id = import_env_module(args.env_id)
+            args.env_id, args.env_module = import_env_module(args.env_id)
         args.func(args)
     except UsageError as e:
         print(f"lmgym {args.command}: error: {e}", file=sys.stderr)

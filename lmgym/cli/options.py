@@ -22,19 +22,19 @@ class RunError(Exception):
     """A run that failed after it started (an env that raised): printed as one line, exit status 1."""
 
 
-def import_env_module(env_id: str) -> str:
+def import_env_module(env_id: str) -> tuple[str, str | None]:
     """``module:Name-v0``, as ``gym.make`` takes it: imports ``module`` (which registers the env,
-    e.g. a user's own) and returns ``Name-v0``; any other id as is."""
+    e.g. a user's own) and returns ``("Name-v0", module)``; any other id as ``(id, None)``."""
     import importlib
 
     module, sep, name = env_id.rpartition(":")
     if not sep:
-        return env_id
+        return env_id, None
     try:
         importlib.import_module(module)
     except ImportError as e:
         raise UsageError(f"cannot import {module!r} for the env {name!r}: {e}") from e
-    return name
+    return name, module
 
 
 def lmgym_ids() -> list[str]:
@@ -88,16 +88,19 @@ def add_tools_flag(p: argparse.ArgumentParser) -> None:
 
 
 def with_tools(env: gym.Env, tools: str | None) -> gym.Env:
-    """``env`` in ``ToolUse`` with the tools ``--tools`` names (and how to call them in its prompt)."""
+    """``env`` in ``ToolUse`` with the tools ``--tools`` names (and how to call them in its prompt),
+    and its turn limit outside, so that tool calls count as turns."""
     if not tools:
         return env
     from lmgym.tools import make_tools
     from lmgym.wrappers import ToolUse
 
     try:
-        return ToolUse(env, make_tools(tools), instructions=True)
+        wrapped: gym.Env = ToolUse(env, make_tools(tools), instructions=True)
     except ValueError as e:
         raise UsageError(f"--tools: {e}") from e
+    limit = env.spec.max_episode_steps if env.spec else None  # gym.make's TimeLimit is inside: it sees no tool call
+    return gym.wrappers.TimeLimit(wrapped, limit) if limit else wrapped
 
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -159,7 +162,8 @@ def check_inputs(args: argparse.Namespace) -> None:
 
     env = make_env(args.env_id, **parse_kwargs(args.env_arg))  # a bad --env-arg fails here
     with_tools(env, getattr(args, "tools", None)).close()  # and a bad --tools
-    for flag, least in [("episodes", 1), ("num_envs", 1), ("eval_episodes", 1), ("threads", 1), ("eval_every", 0)]:
+    least_values = [("episodes", 1), ("num_envs", 1), ("eval_episodes", 1), ("threads", 1), ("eval_every", 0)]
+    for flag, least in least_values + [("env_workers", 0), ("env_worker_cpus", 0)]:
         value = getattr(args, flag, None)
         if value is not None and value < least:
             raise UsageError(f"--{flag.replace('_', '-')} must be at least {least}, got {value}")

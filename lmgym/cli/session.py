@@ -140,21 +140,49 @@ def env_maker(args: argparse.Namespace, tokenizer: Any, env_kwargs: dict[str, An
     from lmgym.cli.options import with_tools
     from lmgym.wrappers import ChatTemplate
 
-    def make() -> gym.Env:
-        env = with_tools(gym.make(args.env_id, tokenizer=tokenizer, **env_kwargs), getattr(args, "tools", None))
-        return ChatTemplate(env, system=args.system) if args.chat_template else env
+    env_id, module, tools = args.env_id, getattr(args, "env_module", None), getattr(args, "tools", None)
+    chat, system = args.chat_template, args.system
+
+    def make() -> gym.Env:  # pickled to Ray actors with what it needs, not the whole args
+        if module:  # a user's env module: registered in this process too
+            __import__(module)
+        env = with_tools(gym.make(env_id, tokenizer=tokenizer, **env_kwargs), tools)
+        return ChatTemplate(env, system=system) if chat else env
 
     return make
 
 
 def make_envs(args: argparse.Namespace, n: int, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:
     """``n`` envs stepped at the same time (``ConcurrentVectorEnv``: tool calls overlap; results
-    are exactly a ``SyncVectorEnv``'s), autoreset in the same step."""
+    are exactly a ``SyncVectorEnv``'s), autoreset in the same step; with ``--env-workers N``, in
+    N Ray actors (``RayVectorEnv``)."""
     from gymnasium.vector import AutoresetMode
 
     from lmgym.vector import ConcurrentVectorEnv
 
-    return ConcurrentVectorEnv([env_maker(args, tokenizer, env_kwargs)] * n, autoreset_mode=AutoresetMode.SAME_STEP)
+    fns, mode = [env_maker(args, tokenizer, env_kwargs)] * n, AutoresetMode.SAME_STEP
+    workers = getattr(args, "env_workers", None)
+    if workers:
+        from lmgym.vector.remote import RayVectorEnv
+
+        return RayVectorEnv(fns, envs_per_actor=-(-n // workers), num_cpus=args.env_worker_cpus, autoreset_mode=mode)
+    return ConcurrentVectorEnv(fns, autoreset_mode=mode)
+
+
+def connect_ray(args: argparse.Namespace) -> None:
+    """``--ray [ADDRESS]``: joins the Ray cluster at ADDRESS (``auto``: the one running here) or
+    starts a local one; ``--env-workers`` and ``--engines`` then place their actors on it."""
+    if getattr(args, "ray", None) is None and not getattr(args, "env_workers", None):
+        return
+    try:
+        import ray
+    except ImportError as e:
+        raise UsageError("--ray, --env-workers: Ray is not installed: pip install 'lmgym[ray]'") from e
+    if not ray.is_initialized():
+        address = None if args.ray in (None, "local") else args.ray
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        resources = ray.cluster_resources()
+        print(f"Ray: {len(ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs")
 
 
 def warn_cut_turns(agent: Any, batch: Any, budget: int) -> None:
@@ -182,6 +210,7 @@ def warn_cut_turns(agent: Any, batch: Any, budget: int) -> None:
 
 __all__ = [
     "check_chat_template",
+    "connect_ray",
     "pretrained_recipe",
     "env_maker",
     "make_agent",

@@ -28,6 +28,7 @@ from lmgym.cli.options import (
 from lmgym.cli.rundir import claim_run_dir
 from lmgym.cli.session import (
     check_chat_template,
+    connect_ray,
     make_agent,
     make_envs,
     pretrained_recipe,
@@ -75,6 +76,16 @@ def add_parser(sub: Any) -> None:
         "--resume", default=None, metavar="CHECKPOINT", help="continue from a checkpoint (OUT/checkpoints/last, or OUT)"
     )
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out (default: refuse)")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
+        help="run on Ray: join the cluster at ADDRESS (auto: the one running here), or start a local one",
+    )
+    p.add_argument("--env-workers", type=int, default=0, help="Ray actors that hold the envs (0: threads here)")
+    p.add_argument("--env-worker-cpus", type=float, default=1.0, help="CPUs each env actor asks Ray for")
     add_config_flags(p)
     p.add_argument("--estimator", choices=["gae", "rloo", "grpo"], default="gae")
     p.add_argument("--generation-kwargs", type=json.loads, default=None, help="JSON of transformers generation kwargs")
@@ -90,6 +101,7 @@ def train(args: argparse.Namespace) -> None:
     lock = claim_run_dir(args)  # noqa: F841 (held until the process ends)
     set_threads(args.threads)
     quiet_transformers()
+    connect_ray(args)
     config = run_config(args, pretrained_recipe(args, env_kwargs) if args.model else None)
     from lmgym.agents.engines import EngineDied, engine_problem
     from lmgym.agents.models import format_memory

@@ -33,6 +33,10 @@ class ToolUse(gym.Wrapper):
     result tags, and ``oracle()`` calls the tool first when the inner env says the task needs it
     (its ``oracle_tool_call()`` returns the call), then asks the inner env's oracle.
 
+    Wrapping an env ``gym.make`` made puts ``ToolUse`` outside its ``TimeLimit``, which then
+    never sees a tool call: wrap the result in ``gym.wrappers.TimeLimit`` too, or a model that
+    keeps calling a tool plays on until the context is full (``lmgym train --tools`` does).
+
     With ``instructions=True`` each prompt ends with a line that says how to call the tools
     (each tool's ``description``), for an env whose own prompt does not (a task library's).
 
