@@ -176,6 +176,28 @@ def test_a_dead_engine_is_named_within_seconds_and_close_still_cleans_up():
     envs.close()
 
 
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray in the vLLM venv: pip install ray")
+def test_vllm_in_a_ray_actor_gets_its_weights_through_files():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False)
+    try:
+        config = PPOConfig(engine="vllm", engines=1, seed=0, engine_kwargs={"num_cpus": 1, **EAGER})
+        agent = PPOAgent(llama(), tokenizer=TOK, config=config)
+        assert type(agent.engine).__name__ == "RayEngine" and not agent.engine.exact
+        assert gap(agent) < 1e-3  # vLLM in the actor samples from the trainer's distribution
+        with torch.no_grad():
+            torch.manual_seed(2)
+            for p in agent.model.parameters():
+                p.add_(torch.randn_like(p) * 0.5)
+        assert gap(agent) > 0.1
+        agent.engine.sync_weights()  # safetensors in the shared dir, reloaded by the actor's vLLM
+        assert gap(agent) < 1e-3
+        agent.close()
+    finally:
+        ray.shutdown()
+
+
 def test_lmgym_train_with_vllm_runs_two_updates(tmp_path):
     out = tmp_path / "run"
     result = subprocess.run(
