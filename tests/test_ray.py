@@ -5,6 +5,7 @@ import functools
 import importlib.util
 import os
 import signal
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -34,9 +35,9 @@ make_calculator = functools.partial(gym.make, "lmgym/Calculator-v0")  # pickled 
 
 
 def trace(envs, steps=6):
-    """What a vector env returns for the oracle's actions (seeds 10-13), step by step."""
+    """What a vector env returns for the oracle's actions (seeds 10, 11, ...), step by step."""
     tokenizer = envs.get_attr("tokenizer")[0]
-    obs, infos = envs.reset(seed=[10, 11, 12, 13])
+    obs, infos = envs.reset(seed=list(range(10, 10 + envs.num_envs)))
     out = [(list(obs), str(infos))]
     for _ in range(steps):
         oracles = envs.call("get_wrapper_attr", "oracle")
@@ -159,3 +160,43 @@ def test_weights_reach_the_engine_actors_through_files(ray_local):
             assert (gap < 1e-4) == close, gap
     assert all(abs(v - 0.5) < 0.5 for e in fresh for v in e.values[e.action_mask].tolist())
     remote.close()
+
+
+# ------------------------------------------------------ a simulated cluster (last: it ends ray_local)
+def test_actors_spread_over_nodes_and_a_lost_node_s_episodes_go_on(ray_local):
+    from ray.cluster_utils import Cluster
+
+    from lmgym.vector import RayVectorEnv
+
+    ray = ray_local
+    ray.shutdown()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "object_store_memory": SMALL_STORE, "include_dashboard": False},
+    )
+    workers = [cluster.add_node(num_cpus=1, object_store_memory=SMALL_STORE) for _ in range(2)]
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        mode = AutoresetMode.SAME_STEP
+        envs = RayVectorEnv([make_calculator] * 3, num_cpus=0.5, autoreset_mode=mode)
+        placed = [ray.get(group.actor.node.remote()) for group in envs.groups]
+        assert len(set(placed)) == 3  # one actor on each of the three machines
+        expected = trace(SyncVectorEnv([make_calculator] * 3, autoreset_mode=mode), steps=2)
+        tokenizer = envs.get_attr("tokenizer")[0]
+        envs.reset(seed=[10, 11, 12])
+        actions = tuple(np.array(tokenizer.encode(o())[:128]) for o in envs.call("get_wrapper_attr", "oracle"))
+        envs.step(actions)  # every episode mid-way (a calculator call)
+        lost = next(w for w in workers if w.node_id in placed)
+        cluster.remove_node(lost, allow_graceful=False)  # a machine gone, its actor with it
+        deadline = time.monotonic() + 120
+        while any(n["NodeID"] == lost.node_id and n["Alive"] for n in ray.nodes()) and time.monotonic() < deadline:
+            time.sleep(0.5)  # until Ray's control plane has seen it go
+        actions = tuple(np.array(tokenizer.encode(o())[:128]) for o in envs.call("get_wrapper_attr", "oracle"))
+        obs, rewards, *_ = envs.step(actions)
+        assert (list(obs), rewards.tolist()) == (expected[2][0], expected[2][1])
+        assert 1 <= envs.restarts <= 3
+        assert lost.node_id not in {ray.get(group.actor.node.remote()) for group in envs.groups}
+        envs.close()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
