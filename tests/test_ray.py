@@ -106,7 +106,9 @@ def test_an_actor_that_keeps_dying_is_named(ray_local):
 
 
 # ------------------------------------------------------------------------------ rollout engines
-def engine_agents(ray_local, **engine):
+@pytest.fixture(scope="module")
+def engine_agents(ray_local):
+    """The same tiny model in an agent with its engine here and in one with two engine actors."""
     import copy
 
     from helpers import tiny_model
@@ -116,15 +118,16 @@ def engine_agents(ray_local, **engine):
 
     model = tiny_model(258, 256, seed=3, n_layer=2, n_embd=32, n_positions=256)
     local = PPOAgent(copy.deepcopy(model), tokenizer=ByteTokenizer(), config=PPOConfig(seed=0))
-    config = PPOConfig(seed=0, engines=2, engine_kwargs={"num_cpus": 0.5, **engine})
+    config = PPOConfig(seed=0, engines=2, engine_kwargs={"num_cpus": 0.5})
     remote = PPOAgent(copy.deepcopy(model), tokenizer=ByteTokenizer(), config=config)
-    return local, remote
+    yield local, remote
+    remote.close()
 
 
-def test_two_engine_actors_give_the_episodes_one_local_engine_gives(ray_local):
+def test_two_engine_actors_give_the_episodes_one_local_engine_gives(engine_agents):
     import torch
 
-    local, remote = engine_agents(ray_local)
+    local, remote = engine_agents
     envs = gym.make_vec("lmgym/Pipeline-v0", num_envs=4, transforms=[lambda out: " and again: "], max_action_tokens=8)
     batches = []
     for agent in (local, remote):
@@ -134,13 +137,12 @@ def test_two_engine_actors_give_the_episodes_one_local_engine_gives(ray_local):
         assert torch.equal(a.tokens, b.tokens) and a.turn_ends == b.turn_ends
         torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=0)  # the trainer's own log-probs
         torch.testing.assert_close(a.values, b.values, atol=1e-5, rtol=0)
-    remote.close()
 
 
-def test_weights_reach_the_engine_actors_through_files(ray_local):
+def test_weights_reach_the_engine_actors_through_files(engine_agents):
     import torch
 
-    local, remote = engine_agents(ray_local)
+    _, remote = engine_agents
     with torch.no_grad():
         for p in remote.model.parameters():
             p.add_(torch.randn_like(p) * 0.3)
@@ -159,7 +161,6 @@ def test_weights_reach_the_engine_actors_through_files(ray_local):
             gap = (e.logprobs[1:][mask].double() - logp[mask]).abs().max().item()
             assert (gap < 1e-4) == close, gap
     assert all(abs(v - 0.5) < 0.5 for e in fresh for v in e.values[e.action_mask].tolist())
-    remote.close()
 
 
 # ------------------------------------------------------ a simulated cluster (last: it ends ray_local)
