@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from lmgym.agents import PPOAgent, PPOConfig
-from lmgym.agents.ppo import importance_weights
+from lmgym.agents.advantages import importance_weights
 from lmgym.agents.warmstart import tiny_llama
 from lmgym.core import LMEnv, action_length
 from lmgym.tokenizers import ByteTokenizer

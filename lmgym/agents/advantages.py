@@ -7,7 +7,7 @@ update's per-episode helpers: the critic's explained variance, and truncated imp
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -110,6 +110,29 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, min_std: float = 0.1) -> torch.T
     std = selected.std(unbiased=False)
     out = centred / std if std > min_std else centred
     return torch.where(mask, out, torch.zeros_like(x))
+
+
+def loss_inputs(
+    batch: Trajectories, targets: dict[str, Any], tis_cap: float, device: torch.device
+) -> dict[str, torch.Tensor]:
+    """What the PPO loss reads, per episode, padded to (N, T) on ``device``: tokens and masks, the
+    old and reference log-probs, old values, ``targets``' advantages and returns, and the
+    truncated importance weights where a sampler's log-probs differ (an inexact or stale one's)."""
+    from lmgym.agents.trajectories import pad_batch
+
+    fields = {
+        "tokens": [e.tokens for e in batch],
+        "attention_mask": [torch.ones(e.length, dtype=torch.long) for e in batch],  # 0 where padded
+        "action_mask": [e.action_mask for e in batch],
+        "old_logprobs": [e.logprobs for e in batch],
+        "ref_logprobs": [e.ref_logprobs for e in batch],
+        "old_values": [e.values for e in batch],
+        "advantages": targets["advantages"],
+        "returns": targets["returns"],
+    }
+    if any(e.sampler_logprobs is not None for e in batch):
+        fields["is_weights"] = [importance_weights(e, tis_cap) for e in batch]
+    return {k: pad_batch(v, 0)[0].to(device) for k, v in fields.items()}
 
 
 def explained_variance(batch: Trajectories, returns: Sequence[torch.Tensor]) -> float:

@@ -36,7 +36,7 @@ from lmgym.agents.advantages import (
     explained_variance,
     gae,
     grpo_advantages,
-    importance_weights,
+    loss_inputs,
     rloo_advantages,
     whiten,
 )
@@ -49,7 +49,7 @@ from lmgym.agents.models import adamw, load_model, memory_estimate, prepare_mode
 from lmgym.agents.overlap import batch_size, overlapped_batches
 from lmgym.agents.policy import PolicyWithValue, action_logprobs, state_values
 from lmgym.agents.rollout import EVAL_SEED_OFFSET, RolloutCollector, as_vector_env
-from lmgym.agents.trajectories import Episode, Trajectories, pad_batch
+from lmgym.agents.trajectories import Episode, Trajectories
 
 
 class PPOAgent:
@@ -253,7 +253,7 @@ class PPOAgent:
         targets = self.compute_advantages(batch)
         for e, adv in zip(batch, targets["advantages"]):
             e.advantages = adv  # kept for the viewer (lmgym view)
-        padded = self.update_tensors(batch, targets)  # (N, T) each, padded once
+        padded = loss_inputs(batch, targets, self.config.tis_cap, self.accelerator.device)  # (N, T) each, once
         lengths = torch.tensor([e.length for e in batch])
         stats: dict[str, list[float]] = {}
         self.policy.train()
@@ -333,22 +333,6 @@ class PPOAgent:
             assert e.values is not None, "score() fills the values"
             e.values = torch.where(e.action_mask, e.values + mean, 0.0)
             e.bootstrap_value += mean
-
-    def update_tensors(self, batch: Trajectories, targets: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """What the loss reads, per episode, padded to (N, T) on the device."""
-        fields = {
-            "tokens": [e.tokens for e in batch],
-            "attention_mask": [torch.ones(e.length, dtype=torch.long) for e in batch],  # 0 where padded
-            "action_mask": [e.action_mask for e in batch],
-            "old_logprobs": [e.logprobs for e in batch],
-            "ref_logprobs": [e.ref_logprobs for e in batch],
-            "old_values": [e.values for e in batch],
-            "advantages": targets["advantages"],
-            "returns": targets["returns"],
-        }
-        if any(e.sampler_logprobs is not None for e in batch):  # an inexact engine: truncated IS
-            fields["is_weights"] = [importance_weights(e, self.config.tis_cap) for e in batch]
-        return {k: pad_batch(v, 0)[0].to(self.accelerator.device) for k, v in fields.items()}
 
     def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         """The clipped PPO loss on a minibatch (B, T); token-level means over action tokens."""
