@@ -91,7 +91,7 @@ def corpus():
     return lines
 
 
-def build_chat_model(family, path, vocab_size=400):
+def build_chat_model(family, path, vocab_size=400, max_positions=1024):
     """A tiny model of ``family`` (2 layers, hidden 64) with a byte-level BPE tokenizer trained here
     and a chat template of its family, saved to ``path`` (offline)."""
     import transformers
@@ -121,7 +121,7 @@ def build_chat_model(family, path, vocab_size=400):
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=1024,
+        max_position_embeddings=max_positions,
         eos_token_id=hf.eos_token_id,
         bos_token_id=hf.bos_token_id,
         pad_token_id=hf.pad_token_id if hf.pad_token_id is not None else hf.eos_token_id,

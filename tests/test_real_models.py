@@ -92,6 +92,52 @@ def test_token_exact_across_three_turns(family):
         assert sum(len(a) for a in actions) == int(e.action_mask.sum())  # every sampled id is trained, nothing else
 
 
+ADAPTER_GAMES = [  # (id, kwargs, library, a move the env answers and goes on after)
+    ("lmgym/GEM-v0", {"env_id": "game:GuessTheNumber-v0-easy"}, "gem", "I guess \\boxed{6}"),
+    ("lmgym/TextArena-v0", {"game": "GuessTheNumber-v0"}, "textarena", "My guess: [7]"),
+    (
+        "lmgym/ReasoningGym-v0",
+        {"task": "basic_arithmetic", "max_attempts": 2},
+        "reasoning_gym",
+        "Let me think about this sum for a while before I answer it.",
+    ),
+]
+
+
+@pytest.mark.parametrize("env_id,kwargs,library,move", ADAPTER_GAMES)
+def test_task_library_envs_are_token_exact_in_a_chat_template(tmp_path, env_id, kwargs, library, move):
+    """A task library's env (its rules, the answer format, the game's replies) in a BPE chat
+    model's own template, with a system message: the episode's token stream is the conversation
+    the template renders from the env's text and the turns as sampled, over several turns."""
+    pytest.importorskip(library)
+    path = build("qwen2", tmp_path / "m", max_positions=4096)  # a game's rules are ~700 of its tokens
+    agent = agent_for(path, max_new_tokens=12)
+    hf, system = agent.tokenizer.hf, "Play well. Answer briefly."
+
+    def make():
+        return ChatTemplate(gym.make(env_id, tokenizer=agent.tokenizer, max_episode_steps=3, **kwargs), system=system)
+
+    env = make()
+    played = agent.tokenizer.encode(move) + agent.tokenizer.encode(env.end_of_turn)  # a model that plays on
+    agent.rollout.generate = lambda contexts, *args, **kwargs: [list(played) for _ in contexts]
+    batch = agent.collect(env, num_episodes=2, seeds=[0, 1], score=False)
+    assert min(len(e.turn_ends) for e in batch) >= 2  # several turns: the game's replies are in the stream
+    for e in batch:
+        replay = make()  # the same seed and the sampled actions give the env's text back
+        prompt, _ = replay.unwrapped.reset(seed=e.seed)
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+        starts = [t for t in range(1, e.length) if e.action_mask[t] and not e.action_mask[t - 1]]
+        for start, end in zip(starts, e.turn_ends):
+            action = e.tokens[start : end + 1].tolist()
+            messages.append({"role": "assistant", "content": hf.decode(action).removesuffix(env.end_of_turn)})
+            obs, _, terminated, _, _ = replay.unwrapped.step(action)
+            if not terminated:  # the env's reply; after a truncated episode's last turn too
+                messages.append({"role": "user", "content": obs})
+        rendered = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=e.truncated)
+        stream = hf.decode(e.tokens.tolist())
+        assert rendered.startswith(stream) and rendered[len(stream) :].strip() in ("", env.end_of_turn)
+
+
 def test_lora_cli_train_then_eval_in_a_fresh_process(family, tmp_path):
     name, path = family
     out = tmp_path / "run"

@@ -77,7 +77,7 @@ class ChatTemplate(gym.Wrapper):
         ids = [int(i) for i in action]
         ended_turn = bool(ids) and self.hf.decode(ids[-1:], skip_special_tokens=False) == self.end_of_turn
         obs, reward, terminated, truncated, info = self.env.step(action)
-        if terminated or truncated:
+        if terminated:  # nothing follows; a truncated episode's last text is rendered (the bootstrap state)
             return obs, float(reward), terminated, truncated, info
         role = self.tool_role if self.tool_role and "tool" in info else "user"
         turn = [{"role": "assistant", "content": MARK}]
