@@ -171,10 +171,12 @@ class ReasoningGymEnv(LMEnv):
     def oracle_tool_call(self) -> str | None:
         """A calculator call for a task whose instance is an arithmetic expression (its metadata's
         ``expression``: ``basic_arithmetic``, ``chain_sum``, ``products``, ...), so that under
-        ``ToolUse`` with a calculator (``lmgym train --tools calc``) the oracle computes first."""
+        ``ToolUse`` with a calculator (``lmgym train --tools calc``) the oracle computes first. The
+        expression is copied as the question writes it, spaces and all: a model learns to copy
+        it, where one taught to drop the spaces also dropped and doubled minus signs."""
         from lmgym.tools.calculator import CalculatorError, evaluate
 
-        expression = str(self.entry.get("metadata", {}).get("expression", "")).replace(" ", "")
+        expression = str(self.entry.get("metadata", {}).get("expression", "")).strip()  # as the question writes it
         try:
             evaluate(expression)
         except (CalculatorError, SyntaxError, ValueError, TypeError):
