@@ -35,6 +35,21 @@ def tiny_model(vocab_size, eos_token_id, seed=0, n_layer=2, n_embd=64, n_positio
     return GPT2LMHeadModel(config)
 
 
+def oracle_trace(envs, steps=6):
+    """What a vector env returns, step by step, when every sub-env plays its oracle (seeds 10, 11, ...)."""
+    import numpy as np
+
+    tokenizer = envs.get_attr("tokenizer")[0]
+    obs, infos = envs.reset(seed=list(range(10, 10 + envs.num_envs)))
+    trace = [(list(obs), str(infos))]
+    for _ in range(steps):
+        oracles = envs.call("get_wrapper_attr", "oracle")
+        actions = tuple(np.array(tokenizer.encode(oracle())[:128], dtype=np.int64) for oracle in oracles)
+        obs, rewards, terminated, truncated, infos = envs.step(actions)
+        trace.append((list(obs), rewards.tolist(), terminated.tolist(), truncated.tolist(), str(infos)))
+    return trace
+
+
 def registered_ids():
     """Every registered lmgym id whose library is installed (the task-library adapters need theirs)."""
     import gymnasium as gym

@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from helpers import oracle_trace
 
 import lmgym  # noqa: F401
 from lmgym.core import EnvError
@@ -34,26 +35,13 @@ def ray_local():
 make_calculator = functools.partial(gym.make, "lmgym/Calculator-v0")  # pickled to the actors by reference
 
 
-def trace(envs, steps=6):
-    """What a vector env returns for the oracle's actions (seeds 10, 11, ...), step by step."""
-    tokenizer = envs.get_attr("tokenizer")[0]
-    obs, infos = envs.reset(seed=list(range(10, 10 + envs.num_envs)))
-    out = [(list(obs), str(infos))]
-    for _ in range(steps):
-        oracles = envs.call("get_wrapper_attr", "oracle")
-        actions = tuple(np.array(tokenizer.encode(oracle())[:128], dtype=np.int64) for oracle in oracles)
-        obs, rewards, terminated, truncated, infos = envs.step(actions)
-        out.append((list(obs), rewards.tolist(), terminated.tolist(), truncated.tolist(), str(infos)))
-    return out
-
-
 @pytest.mark.parametrize("mode", [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP])
 def test_the_same_results_as_sync_vector_env(ray_local, mode):
     from lmgym.vector import RayVectorEnv
 
     ray_envs = RayVectorEnv([make_calculator] * 4, envs_per_actor=2, num_cpus=0.25, autoreset_mode=mode)
     assert len(ray_envs.groups) == 2
-    assert trace(ray_envs) == trace(SyncVectorEnv([make_calculator] * 4, autoreset_mode=mode))
+    assert oracle_trace(ray_envs) == oracle_trace(SyncVectorEnv([make_calculator] * 4, autoreset_mode=mode))
     ray_envs.close()
 
 
@@ -73,7 +61,7 @@ def test_a_killed_actor_is_started_again_and_its_episodes_go_on(ray_local):
 
     mode = AutoresetMode.SAME_STEP
     envs = RayVectorEnv([make_calculator] * 4, envs_per_actor=2, num_cpus=0.25, autoreset_mode=mode)
-    expected = trace(SyncVectorEnv([make_calculator] * 4, autoreset_mode=mode), steps=2)
+    expected = oracle_trace(SyncVectorEnv([make_calculator] * 4, autoreset_mode=mode), steps=2)
     tokenizer = envs.get_attr("tokenizer")[0]
     obs, _ = envs.reset(seed=[10, 11, 12, 13])
     oracles = envs.call("get_wrapper_attr", "oracle")
@@ -182,7 +170,7 @@ def test_actors_spread_over_nodes_and_a_lost_node_s_episodes_go_on(ray_local):
         envs = RayVectorEnv([make_calculator] * 3, num_cpus=0.5, autoreset_mode=mode)
         placed = [ray.get(group.actor.node.remote()) for group in envs.groups]
         assert len(set(placed)) == 3  # one actor on each of the three machines
-        expected = trace(SyncVectorEnv([make_calculator] * 3, autoreset_mode=mode), steps=2)
+        expected = oracle_trace(SyncVectorEnv([make_calculator] * 3, autoreset_mode=mode), steps=2)
         tokenizer = envs.get_attr("tokenizer")[0]
         envs.reset(seed=[10, 11, 12])
         actions = tuple(np.array(tokenizer.encode(o())[:128]) for o in envs.call("get_wrapper_attr", "oracle"))

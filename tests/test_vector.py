@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from helpers import registered_ids
+from helpers import oracle_trace, registered_ids
 
 import lmgym  # noqa: F401
 from lmgym.envs.echo import EchoEnv
@@ -18,14 +18,7 @@ pytestmark = pytest.mark.timeout(300)
 
 def rollout(vec_class, env_id, mode, steps=6, **kwargs):
     envs = vec_class([lambda: gym.make(env_id, **kwargs)] * 4, autoreset_mode=mode)
-    tokenizer = envs.get_attr("tokenizer")[0]
-    obs, infos = envs.reset(seed=[10, 11, 12, 13])
-    trace = [(list(obs), str(infos))]
-    for _ in range(steps):
-        oracles = envs.call("get_wrapper_attr", "oracle")
-        actions = tuple(np.array(tokenizer.encode(oracle())[:128], dtype=np.int64) for oracle in oracles)
-        obs, rewards, terminated, truncated, infos = envs.step(actions)
-        trace.append((list(obs), rewards.tolist(), terminated.tolist(), truncated.tolist(), str(infos)))
+    trace = oracle_trace(envs, steps)
     envs.close()
     return trace
 

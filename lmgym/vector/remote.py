@@ -43,6 +43,10 @@ def require_ray() -> Any:
     return ray
 
 
+START_TIMEOUT = 120.0
+"""Seconds an env actor may take to start before ``RayVectorEnv`` says the cluster cannot place it."""
+
+
 class EnvHost:
     """The Ray actor that holds some sub-envs (made from their factories in the actor's process)."""
 
@@ -110,8 +114,24 @@ class ActorGroup:
         self.actor = self.start()
 
     def start(self) -> Any:
+        """A new actor, once it runs; ``RuntimeError`` if Ray cannot place it within
+        ``START_TIMEOUT`` seconds (the cluster lacks what it asks for: the vector env would wait
+        for ever, since all its actors must run at once)."""
         ray = require_ray()
-        return ray.remote(EnvHost).options(**self.options).remote(self.fns)
+        from ray.exceptions import GetTimeoutError
+
+        actor = ray.remote(EnvHost).options(**self.options).remote(self.fns)
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=START_TIMEOUT)
+        except GetTimeoutError:
+            ray.kill(actor)
+            free = ray.available_resources().get("CPU", 0)
+            raise RuntimeError(
+                f"a RayVectorEnv actor did not start within {START_TIMEOUT:g} s: it asks for "
+                f"{self.options.get('num_cpus')} CPUs and the cluster has {free:g} free; ask for less (num_cpus=) "
+                "or put more envs in each actor (envs_per_actor=)"
+            ) from None
+        return actor
 
     def restart(self, seen: int, why: Exception) -> int:
         """Starts the actor again, unless another sub-env did since generation ``seen``; returns
@@ -242,7 +262,14 @@ class RayVectorEnv(ConcurrentVectorEnv):
         options.update(actor_options or {})
         chunks = [fns[i : i + envs_per_actor] for i in range(0, len(fns), envs_per_actor)]
         with ThreadPoolExecutor(max(1, len(chunks))) as pool:  # actors start in parallel
-            self.groups = list(pool.map(lambda chunk: ActorGroup(chunk, options, max_restarts), chunks))
+            starts = [pool.submit(ActorGroup, chunk, options, max_restarts) for chunk in chunks]
+        failed = [e for e in (f.exception() for f in starts) if e is not None]
+        if failed:  # none left behind holding the cluster's CPUs
+            for f in starts:
+                if f.exception() is None:
+                    require_ray().kill(f.result().actor)
+            raise failed[0]
+        self.groups = [f.result() for f in starts]
         remotes = [(group, i) for group in self.groups for i in range(len(group.fns))]
         makers = [functools.partial(self.remote_env, group, i, p) for p, (group, i) in enumerate(remotes)]
         super().__init__(makers, **kwargs)
@@ -264,12 +291,12 @@ class RayVectorEnv(ConcurrentVectorEnv):
         super().close_extras(**kwargs)
         import ray
 
-        for group in self.groups:
+        for group in self.groups if ray.is_initialized() else []:
             try:
                 ray.get(group.actor.close.remote(), timeout=10)
-            except Exception:  # noqa: BLE001 (an actor that is gone has nothing to close)
+                ray.kill(group.actor)
+            except Exception:  # noqa: BLE001 (an actor that is gone, or of a Ray session that ended)
                 pass
-            ray.kill(group.actor)
 
 
 __all__ = ["ActorGroup", "EnvHost", "RayVectorEnv", "RemoteEnv", "require_ray"]

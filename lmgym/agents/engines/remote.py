@@ -188,12 +188,12 @@ class RayEngine:
     def close(self) -> None:
         import ray
 
-        for actor in self.__dict__.pop("actors", []):
+        for actor in self.__dict__.pop("actors", []) if ray.is_initialized() else []:
             try:
                 ray.get(actor.close.remote(), timeout=30)
-            except Exception:  # noqa: BLE001 (a dead actor has nothing to close)
+                ray.kill(actor)
+            except Exception:  # noqa: BLE001 (a dead actor, or one of a Ray session that ended)
                 pass
-            ray.kill(actor)
         if self.remove_dir is not None:
             self.remove_dir()
 
