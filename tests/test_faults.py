@@ -184,10 +184,11 @@ def test_train_names_a_failing_env_in_one_line_and_resumes_once_it_is_fixed(tmp_
     tokenizer.save_pretrained(tmp_path / "m")
     out = tmp_path / "run"
     common = ["--model", str(tmp_path / "m"), "--num-envs", "4", "--eval-episodes", "4", "--eval-every", "0"]
-    common += ["--episodes-per-update", "4", "--record-episodes", "0", "--out", str(out)]
+    common += ["--episodes-per-update", "4", "--record-episodes", "0", "--warmstart-steps", "0", "--out", str(out)]
     broken = run_cli(
         "train", "faulty_env:faulty/Faulty-v0", *common, "--episodes", "64",
-        "--env-arg", "fault=raise", "--env-arg", "seeds=None", "--env-arg", "after_resets=16",
+        # after the 16 resets of the recipe's budget
+        "--env-arg", "fault=raise", "--env-arg", "seeds=None", "--env-arg", "after_resets=32",
     )  # fmt: skip
     assert broken.returncode == 1, broken.stderr[-2000:]
     (line,) = [x for x in broken.stderr.splitlines() if x.startswith("lmgym train: failed: ")]
@@ -196,6 +197,16 @@ def test_train_names_a_failing_env_in_one_line_and_resumes_once_it_is_fixed(tmp_
     assert "Traceback" not in broken.stderr  # one line, the traceback is in the file
     assert "ZeroDivisionError: the reward function divided by zero" in (out / "error.log").read_text()
     assert (out / "checkpoints" / "last").exists()
-    fixed = run_cli("train", "faulty_env:faulty/Faulty-v0", *common, "--episodes", "16", "--resume", str(out))
+    fixed = run_cli(
+        "train",
+        "faulty_env:faulty/Faulty-v0",
+        *common,
+        "--episodes",
+        "16",
+        "--env-arg",
+        "fault=none",
+        "--resume",
+        str(out),
+    )
     assert fixed.returncode == 0, fixed.stderr[-2000:]
     assert "resumed from" in fixed.stdout and "success (greedy)" in fixed.stdout

@@ -22,11 +22,11 @@ import numpy as np
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedModel
 
-from lmgym.agents.models import adamw
+from lmgym.agents.models import adamw, check_model_vocab
 from lmgym.agents.policy import token_logprobs
 from lmgym.agents.trajectories import Episode, EpisodeBuilder, pad_batch
 from lmgym.storage import cache_dir, find_damaged, written_aside
-from lmgym.tokenizers import ByteTokenizer, Tokenizer
+from lmgym.tokenizers import ByteTokenizer, Tokenizer, as_tokenizer
 
 
 @dataclass(frozen=True)
@@ -252,6 +252,7 @@ def warm_start(
     """
     from lmgym.agents.models import apply_lora
 
+    check_model_vocab(model, as_tokenizer(tokenizer))
     n = num_demonstrations or max(256, min(4000, steps * batch_size))
     demos = demonstrations(env, n, tokenizer, seed=seed)
     if lora:

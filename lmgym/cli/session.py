@@ -34,10 +34,10 @@ def make_agent(args: argparse.Namespace, config: Any, env_kwargs: dict[str, Any]
         model, tokenizer = default_model(args, env_kwargs)
     else:
         model, tokenizer = given_model(args, env_kwargs)
-        if getattr(args, "warmstart_steps", None):
+    try:
+        if args.model is not None and getattr(args, "warmstart_steps", None):
             check_chat_template(args, tokenizer)
             model = warm_start(args, model, tokenizer, env_kwargs, config)
-    try:
         return PPOAgent(model, tokenizer=tokenizer, config=config)
     except ValueError as e:  # the vocabulary does not cover the tokenizer; a LoRA target is not in the model
         raise UsageError(str(e).splitlines()[0]) from e

@@ -14,6 +14,7 @@ the tool envs are registered with it as their ``vector_entry_point``, so that
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import gymnasium as gym
@@ -78,12 +79,9 @@ def __getattr__(name: str) -> Any:  # RayVectorEnv imports Ray's module only whe
 
 def vector_entry_point(env_id: str) -> Any:
     """The ``vector_entry_point`` an env is registered with: ``gym.make_vec`` then calls
-    ``make_vec(env_id, num_envs, **kwargs)`` (concurrent unless ``backend=`` says otherwise)."""
-
-    def create(num_envs: int = 1, backend: str = "concurrent", **kwargs: Any) -> VectorEnv:
-        return make_vec(env_id, num_envs, backend, **kwargs)
-
-    return create
+    ``make_vec(env_id, num_envs, **kwargs)`` (concurrent unless ``backend=`` says otherwise).
+    A ``functools.partial``, so that the env's spec, and the env with it, still pickles."""
+    return functools.partial(make_vec, env_id)
 
 
 __all__ = [
