@@ -210,3 +210,23 @@ def test_train_names_a_failing_env_in_one_line_and_resumes_once_it_is_fixed(tmp_
     )
     assert fixed.returncode == 0, fixed.stderr[-2000:]
     assert "resumed from" in fixed.stdout and "success (greedy)" in fixed.stdout
+
+
+@pytest.mark.slow
+def test_an_env_failing_in_the_warm_start_is_one_line(tmp_path, hf_tokenizer_dir):
+    """``--model``'s recipe plays the env's oracle (budgets, the warm start's demonstrations): an
+    env that fails there is named in one line too, its traceback in ``OUT/error.log``."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(hf_tokenizer_dir)
+    tiny_model(len(tokenizer), tokenizer.eos_token_id, n_layer=1, n_embd=32).save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    out = tmp_path / "run"
+    broken = run_cli(
+        "train", "faulty_env:faulty/Faulty-v0", "--model", str(tmp_path / "m"), "--out", str(out),
+        "--env-arg", "fault=raise", "--env-arg", "seeds=None", "--env-arg", "after_resets=20",
+    )  # fmt: skip
+    assert broken.returncode == 1, broken.stderr[-2000:]
+    (line,) = [x for x in broken.stderr.splitlines() if x.startswith("lmgym train: failed: ")]
+    assert "faulty/Faulty-v0" in line and "step raised ZeroDivisionError" in line and "Traceback" not in broken.stderr
+    assert "ZeroDivisionError: the reward function divided by zero" in (out / "error.log").read_text()

@@ -83,7 +83,7 @@ def warm_start(args: argparse.Namespace, model: Any, tokenizer: Any, env_kwargs:
         f"warm start of {args.model}: {args.warmstart_steps} supervised steps on demonstrations "
         f"({'LoRA, merged' if lora else 'full'})"
     )
-    env = env_maker(args, tokenizer, env_kwargs)()
+    env = guarded_env(args, tokenizer, env_kwargs)
     try:
         model, losses = supervised(model, tokenizer, env, args.warmstart_steps, lora=lora, seed=args.seed)
     finally:
@@ -110,7 +110,7 @@ def pretrained_recipe(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> A
     except (ValueError, OSError, ImportError) as e:
         raise UsageError(f"--model {args.model}: {str(e).splitlines()[0]}") from e
     check_chat_template(args, tokenizer)
-    env = env_maker(args, tokenizer, env_kwargs)()
+    env = guarded_env(args, tokenizer, env_kwargs)
     try:
         recipe = defaults.pretrained_recipe(env, tokenizer, lora=None if args.lora is None else args.lora != "none")
     finally:
@@ -150,6 +150,14 @@ def env_maker(args: argparse.Namespace, tokenizer: Any, env_kwargs: dict[str, An
         return ChatTemplate(env, system=system) if chat else env
 
     return make
+
+
+def guarded_env(args: argparse.Namespace, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:
+    """One env as the run plays it, for the recipe's and the warm start's oracle play: a failure
+    in it is an ``EnvError`` naming the env, seed and turn, as in the rollout."""
+    from lmgym.vector import Guarded
+
+    return Guarded(env_maker(args, tokenizer, env_kwargs)(), step_timeout=getattr(args, "step_timeout", None))
 
 
 def make_envs(args: argparse.Namespace, n: int, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:

@@ -102,14 +102,17 @@ def train(args: argparse.Namespace) -> None:
     set_threads(args.threads)
     quiet_transformers()
     connect_ray(args)
-    config = run_config(args, pretrained_recipe(args, env_kwargs) if args.model else None)
     from lmgym.agents.engines import EngineDied, engine_problem
     from lmgym.agents.models import format_memory
 
-    problem = None if config.engine.engines else engine_problem(config.engine.name)  # before any model is built
-    if problem:
-        raise UsageError(problem)
-    agent = make_agent(args, config, env_kwargs)
+    try:  # the recipe and the warm start play the env's oracle
+        config = run_config(args, pretrained_recipe(args, env_kwargs) if args.model else None)
+        problem = None if config.engine.engines else engine_problem(config.engine.name)  # before any model is built
+        if problem:
+            raise UsageError(problem)
+        agent = make_agent(args, config, env_kwargs)
+    except EnvError as e:
+        raise RunError(run_failure(None, None, out, e)) from e
     check_chat_template(args, agent.tokenizer)
     print(format_memory(agent.memory_estimate()))
     k = config.group_size or 1
@@ -190,7 +193,7 @@ def run_failure(agent: Any, envs: Any, out: Path, error: Exception) -> str:
 
     write_aside(out / "error.log", "".join(traceback.format_exception(error)))
     resume = ""
-    if agent.num_updates:
+    if agent is not None and agent.num_updates:
         agent.save_checkpoint(out / "checkpoints", envs)
         resume = f"; update {agent.num_updates} is checkpointed: fix it, then --resume {out}"
     return f"{str(error).splitlines()[0][:400]} (traceback in {out / 'error.log'}{resume})"
