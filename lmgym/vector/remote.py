@@ -20,6 +20,7 @@ first use when there is none: ``ray.init(address="auto")`` joins a running one).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Callable, Sequence
@@ -292,11 +293,11 @@ class RayVectorEnv(ConcurrentVectorEnv):
         import ray
 
         for group in self.groups if ray.is_initialized() else []:
-            try:
+            # an actor that is gone, or of a Ray session that ended; one whose close hangs is killed still
+            with contextlib.suppress(Exception):
                 ray.get(group.actor.close.remote(), timeout=10)
+            with contextlib.suppress(Exception):
                 ray.kill(group.actor)
-            except Exception:  # noqa: BLE001 (an actor that is gone, or of a Ray session that ended)
-                pass
 
 
 __all__ = ["ActorGroup", "EnvHost", "RayVectorEnv", "RemoteEnv", "require_ray"]

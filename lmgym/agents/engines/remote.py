@@ -14,6 +14,7 @@ weight-transfer API: not built here, where no GPU was lent).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -189,11 +190,11 @@ class RayEngine:
         import ray
 
         for actor in self.__dict__.pop("actors", []) if ray.is_initialized() else []:
-            try:
+            # a dead actor, or one of a Ray session that ended; one whose close hangs is killed still
+            with contextlib.suppress(Exception):
                 ray.get(actor.close.remote(), timeout=30)
+            with contextlib.suppress(Exception):
                 ray.kill(actor)
-            except Exception:  # noqa: BLE001 (a dead actor, or one of a Ray session that ended)
-                pass
         if self.remove_dir is not None:
             self.remove_dir()
 
