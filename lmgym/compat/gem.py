@@ -24,6 +24,13 @@ NEEDS = {
     "terminal:": "Docker, to run its terminal",
 }
 """What GEM envs outside the games need at run time, by id prefix (this machine has neither)."""
+RUNS_ANSWERS = {
+    "gem.envs.math_env": "grades answers with sympy's parse_expr, which runs the model's text as Python in this process",
+    "gem.envs.math_visual_env": "grades answers with sympy's parse_expr, which runs the model's text as Python here",
+    "gem.envs.code_env": "runs the model's code with GEM's own runner (unsandboxed by default), not lmgym's sandbox",
+}
+"""GEM env modules lmgym refuses to make, and why (reasoning-gym's math tasks are scored safely in
+``lmgym/ReasoningGym-v0``; code runs sandboxed in ``lmgym/PythonTool-v0`` or with ``--tools python``)."""
 HINT = re.compile(r"target number is (higher|lower) than (\d+)")
 
 
@@ -108,11 +115,15 @@ class GEMEnv(LMEnv):
         self.stop_strings = tuple(stop_strings)
         self.rng = OwnRNG()
         need = next((what for prefix, what in NEEDS.items() if env_id.startswith(prefix)), None)
+        module = str(registry[env_id].entry_point).partition(":")[0]
+        if module in RUNS_ANSWERS:
+            raise LibraryError(f"GEM env {env_id!r} {RUNS_ANSWERS[module]}: lmgym does not make it")
         try:
             if self.env_kwargs:
                 check_kwargs(env_id, registry[env_id].entry_point, self.env_kwargs)
             with self.rng, named_errors(f"GEM env {env_id!r}"):
                 self.gem = require("gem", "gem").make(env_id, **self.env_kwargs)
+                safe_reasoning_gym_scorer(self.gem)
         except LibraryError as e:
             if need is None:
                 raise
@@ -146,6 +157,17 @@ class GEMEnv(LMEnv):
         for hint, n in self.hints:
             lo, hi = (max(lo, n + 1), hi) if hint == "higher" else (lo, min(hi, n - 1))
         return f"\\boxed{{{(lo + hi) // 2}}}"
+
+
+def safe_reasoning_gym_scorer(env: Any) -> None:
+    """A GEM ``rg:`` env (reasoning-gym inside GEM) scores with ``SafeScorer``, which never runs the
+    answer as code, instead of the dataset's own ``score_answer`` (nine of them would)."""
+    inner = getattr(env, "unwrapped", env)
+    if type(inner).__module__ == "gem.envs.reasoning_gym":
+        from lmgym.compat.code_answers import SafeScorer
+
+        config = {"seed": inner.seed, "size": inner.size}
+        inner.reward_fn = SafeScorer(inner.name, inner.ds, config)
 
 
 def _plain(info: Any) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from lmgym.compat import LibraryError, check_name, named_errors, require
+from lmgym.compat import LibraryError, check_name, code_answers, named_errors, require
 from lmgym.core import LMEnv
 
 ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL)
@@ -58,7 +58,10 @@ class ReasoningGymEnv(LMEnv):
     scorers give partial credit to an answer that merely contains the reference (``syllogism``:
     ``Yes No`` earns 0.45 on average), which RL can learn to exploit: ``partial_credit=False``
     closes that (docs/tasks.md lists the tasks measured). No tags: 0.0 and feedback, up to
-    ``max_attempts`` times, then the episode ends.
+    ``max_attempts`` times, then the episode ends. The answer never runs as code: nine tasks'
+    scorers would ``eval`` it, and there it is read as a literal, or checked and scored in the
+    Python tool's sandbox (``lmgym.compat.code_answers``; ``info["refused"]`` says why an answer
+    got the task's no-answer score instead).
 
     ## Episode End
     Terminated by an answer in the tags, or by the last unparseable attempt.
@@ -99,6 +102,7 @@ class ReasoningGymEnv(LMEnv):
         self.reseedable = not self.finite and self._reseedable()
         self.entry: dict[str, Any] = {}
         self.attempts = 0
+        self.refused: str | None = None  # why the last answer was not scored (code_answers)
 
     def _reseedable(self) -> bool:
         """Whether setting the dataset's ``seed`` gives the instance a new dataset of that seed
@@ -156,17 +160,25 @@ class ReasoningGymEnv(LMEnv):
             return feedback, 0.0, done, False, {"answer": None, "correct": False, "score": 0.0}
         score = self.score(answer)
         reward = score if self.partial_credit else float(score >= 1.0)
-        return "", reward, True, False, {"answer": answer, "correct": score >= 1.0, "score": score}
+        info = {"answer": answer, "correct": score >= 1.0, "score": score}
+        return "", reward, True, False, {**info, "refused": self.refused} if self.refused else info
 
     def score(self, answer: str) -> float:
         """reasoning-gym's score of ``answer``, or of it without a trailing period if that scores
-        higher (chat models end a sentence with one: ``42.`` is ``42``), in [0, 1]."""
-        scores = []
-        for candidate in dict.fromkeys([answer, answer.removesuffix(".").strip()]):
-            with named_errors(f"reasoning-gym task {self.task!r} scoring", candidate):
-                score = float(self.dataset.score_answer(answer=candidate, entry=self.entry))
-            scores.append(min(1.0, max(0.0, score)) if score == score else 0.0)  # NaN or out of range: its bug
-        return max(scores)
+        higher (chat models end a sentence with one: ``42.`` is ``42``), in [0, 1]. The text is never
+        run as code (``lmgym.compat.code_answers.SafeScorer``). An answer refused there, or that the
+        scorer raises on (``prime_factorization`` on ``2 x 3``), scores what no answer does, and
+        ``self.refused`` says why: nothing a model writes fails the step."""
+        candidates = list(dict.fromkeys([answer, answer.removesuffix(".").strip()]))
+        scorer = code_answers.SafeScorer(self.task, self.dataset, self.config)
+        try:
+            with named_errors(f"reasoning-gym task {self.task!r} scoring", answer):
+                scores = scorer.scores(candidates, self.entry)
+            self.refused = scorer.refused and f"not scored: {scorer.refused}"
+        except LibraryError as e:
+            self.refused = f"the scorer raised {type(e.__cause__).__name__}: {str(e.__cause__)[:200]}"
+            scores = [scorer.floor(self.entry)]
+        return max(min(1.0, max(0.0, s)) if s == s else 0.0 for s in scores)  # NaN or out of range: its bug
 
     def oracle_tool_call(self) -> str | None:
         """A calculator call for a task whose instance is an arithmetic expression (its metadata's
