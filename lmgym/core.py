@@ -108,12 +108,47 @@ def call_with_timeout(fn: Callable[..., Any], *args: Any, timeout: float | None 
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
-        for hook in ABANDONED:
-            hook(cast(int, thread.ident))
+        abandon(thread)
         return False, None
     if "error" in box:
-        raise box["error"]
+        raise_in_caller(box["error"])
     return True, box["value"]
+
+
+def raise_in_caller(error: BaseException) -> None:
+    """Raises what a call in another thread raised. ``SystemExit``, ``KeyboardInterrupt`` and
+    ``GeneratorExit`` raised by the called code are not this process being told to stop: they
+    come out as a ``RuntimeError`` naming them (an env's ``sys.exit(0)`` must not end a run
+    silently, with exit status 0)."""
+    if isinstance(error, Exception):
+        raise error
+    raise RuntimeError(f"raised {type(error).__name__}{f': {error}' if str(error) else ''}") from error
+
+
+STUCK: list[threading.Thread] = []
+"""Threads running calls that were given up on (``abandon``): they cannot be killed."""
+MAX_STUCK_THREADS = 64
+"""More stuck threads than this at once and ``abandon`` raises ``StuckError``: an env that hangs
+every time would otherwise pile up threads until the process hits its limit and dies blaming
+whatever starts the next one."""
+
+
+class StuckError(RuntimeError):
+    """Too many calls are stuck in threads that cannot be killed (``MAX_STUCK_THREADS``)."""
+
+
+def abandon(thread: threading.Thread) -> None:
+    """Gives up on ``thread``'s call: the ``ABANDONED`` hooks hear of it, and it is counted among
+    the stuck threads; ``StuckError`` when there are more of them than ``MAX_STUCK_THREADS``."""
+    for hook in ABANDONED:
+        hook(cast(int, thread.ident))
+    STUCK[:] = [t for t in STUCK if t.is_alive()] + [thread]
+    if len(STUCK) > MAX_STUCK_THREADS:
+        raise StuckError(
+            f"{len(STUCK)} calls that passed their deadline are still running in threads that cannot be "
+            f"killed (more than {MAX_STUCK_THREADS}): the env hangs again and again; fix it, or run it in "
+            "processes that can be killed (lmgym.vector.RayVectorEnv, gymnasium's AsyncVectorEnv)"
+        )
 
 
 class Worker:
@@ -151,13 +186,12 @@ class Worker:
         try:
             ok, value = results.get(timeout=timeout)
         except queue.Empty:
-            ident = cast(int, self.thread.ident)
+            thread = self.thread
             self.close()  # its thread ends after the stuck call, if that ever returns
-            for hook in ABANDONED:
-                hook(ident)
+            abandon(thread)
             return False, None
         if not ok:
-            raise value
+            raise_in_caller(value)
         return True, value
 
     def close(self) -> None:

@@ -38,8 +38,10 @@ def plain_copy(path: str | os.PathLike, cache: str | os.PathLike | None = None) 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     print(f"converting {path.name} (GGUF) to a plain copy in {target} (once)", flush=True)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype="float32")
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype="float32", trust_remote_code=False
+    )
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, trust_remote_code=False)
     model.hf_quantizer = None  # type: ignore[assignment]  # dequantized already: what is left is a plain fp32 model
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config

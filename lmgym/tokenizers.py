@@ -222,7 +222,7 @@ def load_tokenizer(name_or_path: str | os.PathLike) -> Tokenizer:
 
     with hub_lookup(name_or_path) as offline:
         try:
-            return HFTokenizer(AutoTokenizer.from_pretrained(name_or_path))
+            return HFTokenizer(AutoTokenizer.from_pretrained(name_or_path, trust_remote_code=False))
         except (OSError, ValueError) as e:
             raise load_error("a tokenizer", name_or_path, e, offline) from e
 

@@ -14,6 +14,7 @@ from lmgym.envs.echo import EchoEnv
 
 NEVER = threading.Event()  # never set: a call that waits on it hangs for good
 RESETS = [0]  # resets in this process, every env together
+MADE = [0]  # envs made in this process
 HUNG_ONCE: list[int] = []
 
 
@@ -24,12 +25,27 @@ class FaultyEnv(EchoEnv):
     - ``hang``: the step never returns; ``hang_in_rng``: the same, inside ``OwnRNG``'s lock;
     - ``raise``: the step raises; ``types``: the step returns ``(12345, "notafloat", None, None, None)``;
     - ``reset_raise``: the reset raises; ``reset_hang``: it never returns; ``reset_hang_once``: the
-      first such reset in the process never returns, later ones do.
+      first such reset in the process never returns, later ones do;
+    - ``exit``, ``interrupt``, ``generator_exit``: the step raises ``SystemExit(0)``,
+      ``KeyboardInterrupt`` or ``GeneratorExit``;
+    - ``mutate``: the step writes over the action array it was given (then plays on);
+    - ``close_hang``: ``close()`` never returns (on any seed).
+
+    ``make_hang_after=N``: making the env hangs once N envs were made in this process (a
+    factory that hangs when the guard makes a fresh env).
     """
 
     def __init__(
-        self, fault: str = "raise", seeds: tuple[int, ...] | None = (1,), after_resets: int = 0, **kwargs: Any
+        self,
+        fault: str = "raise",
+        seeds: tuple[int, ...] | None = (1,),
+        after_resets: int = 0,
+        make_hang_after: int | None = None,
+        **kwargs: Any,
     ):
+        MADE[0] += 1
+        if make_hang_after is not None and MADE[0] > make_hang_after:
+            NEVER.wait()
         super().__init__(**kwargs)
         self.fault, self.seeds, self.after_resets = fault, None if seeds is None else set(seeds), after_resets
         self.faulty = False
@@ -57,7 +73,18 @@ class FaultyEnv(EchoEnv):
             raise ZeroDivisionError("the reward function divided by zero")
         if self.faulty and self.fault == "types":
             return 12345, "notafloat", None, None, None
+        if self.faulty and self.fault in ("exit", "interrupt", "generator_exit"):
+            raise {"exit": SystemExit(0), "interrupt": KeyboardInterrupt(), "generator_exit": GeneratorExit()}[self.fault]
+        if self.faulty and self.fault == "mutate":
+            result = super().step(action)
+            action[:] = 0
+            return result
         return super().step(action)
+
+    def close(self) -> None:
+        if self.fault == "close_hang":
+            NEVER.wait()
+        super().close()
 
 
 gym.register("faulty/Faulty-v0", entry_point=FaultyEnv, max_episode_steps=1)

@@ -27,7 +27,11 @@ SMALL_STORE = 80 * 2**20  # bytes: Ray's object store, kept small on a small mac
 def ray_local():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=SMALL_STORE, log_to_driver=False)
+    tests = os.path.dirname(__file__)  # faulty_env, for the actors too
+    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}}
+    ray.init(
+        num_cpus=2, include_dashboard=False, object_store_memory=SMALL_STORE, log_to_driver=False, runtime_env=runtime_env
+    )
     yield ray
     ray.shutdown()
 
@@ -90,6 +94,54 @@ def test_an_actor_that_keeps_dying_is_named(ray_local):
             break
     else:
         pytest.fail("the second death was not reported")
+    envs.close()
+
+
+def test_the_defaults_start_on_two_cpus_as_sync_vector_env_is_called(ray_local):
+    """num_cpus=1 for each one-env actor could not start 4 envs on 2 CPUs (120 s, then an error);
+    Ray's default holds a CPU only to place an actor. A second vector env (the evaluation's) fits too."""
+    from lmgym.vector import RayVectorEnv
+
+    mode = AutoresetMode.SAME_STEP
+    train, evaluation = RayVectorEnv([make_calculator] * 4, autoreset_mode=mode), RayVectorEnv([make_calculator] * 4)
+    assert len(train.groups) == 4 and len(evaluation.groups) == 4
+    assert oracle_trace(train) == oracle_trace(SyncVectorEnv([make_calculator] * 4, autoreset_mode=mode))
+    assert evaluation.single_observation_space == gym.make("lmgym/Calculator-v0").observation_space
+    train.close(), evaluation.close()
+
+
+def test_a_placement_that_can_never_fit_fails_at_once(ray_local):
+    from lmgym.vector import RayVectorEnv
+
+    started = time.perf_counter()
+    for kwargs, need in [({"num_cpus": 64}, "need 192 CPUs"), ({"num_cpus": 1, "envs_per_actor": 1}, "need 3 CPUs")]:
+        with pytest.raises(ValueError, match=f"{need} at once.*the cluster has 2"):
+            RayVectorEnv([make_calculator] * 3, **kwargs)
+    assert time.perf_counter() - started < 10
+
+
+def test_an_actor_that_cannot_make_its_env_says_why(ray_local):
+    from lmgym.vector import RayVectorEnv
+
+    with pytest.raises(RuntimeError, match="could not make its envs: .*Namespace nowhere not found"):
+        RayVectorEnv([functools.partial(gym.make, "nowhere/Nothing-v0")])
+
+
+def test_a_step_that_hangs_in_an_actor_does_not_stall_the_next(ray_local):
+    """Each stuck step held one of the actor's threads; the second one stalled the run."""
+    from lmgym.agents import PPOAgent, PPOConfig
+    from lmgym.tokenizers import ByteTokenizer
+    from lmgym.vector import RayVectorEnv
+    from helpers import tiny_model
+
+    make = functools.partial(gym.make, "faulty_env:faulty/Faulty-v0", fault="hang", seeds=(1, 5))
+    envs = RayVectorEnv([make] * 2, autoreset_mode=AutoresetMode.SAME_STEP, step_timeout=2)
+    agent = PPOAgent(tiny_model(258, 256, n_layer=1, n_embd=32), tokenizer=ByteTokenizer(), config=PPOConfig())
+    started = time.perf_counter()
+    for seeds in ([0, 1], [4, 5], [2, 3]):
+        batch = agent.collect(envs, 2, seeds=seeds, score=False)
+        assert [e.truncated for e in batch] == [False, seeds[1] in (1, 5)]
+    assert time.perf_counter() - started < 120
     envs.close()
 
 

@@ -74,7 +74,7 @@ class RolloutConfig:
 
         if self.on_env_error not in ON_ERROR:
             raise ValueError(f"on_env_error must be one of {ON_ERROR}, got {self.on_env_error!r}")
-        if self.step_timeout is not None and not self.step_timeout > 0:
+        if self.step_timeout is not None and not 0 < self.step_timeout < math.inf:
             raise ValueError(f"step_timeout must be a positive number of seconds or None, got {self.step_timeout}")
         if self.max_staleness < 1:
             raise ValueError(f"max_staleness must be >= 1, got {self.max_staleness}")
@@ -122,6 +122,8 @@ class EngineConfig:
             raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {self.name!r}")
         if self.engines < 0:
             raise ValueError(f"engines must be >= 0, got {self.engines}")
+        if not isinstance(self.kwargs, dict):
+            raise ValueError(f"engine_kwargs must be a dict of keyword arguments, got {self.kwargs!r:.80}")
 
     @property
     def arguments(self) -> dict[str, Any]:

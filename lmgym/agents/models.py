@@ -41,7 +41,7 @@ def load_model(name_or_path: str | os.PathLike, trainable: bool = True) -> PreTr
         return load_adapted(Path(name_or_path), trainable)
     with hub_lookup(name_or_path) as offline:
         try:
-            return AutoModelForCausalLM.from_pretrained(name_or_path)
+            return AutoModelForCausalLM.from_pretrained(name_or_path, trust_remote_code=False)
         except OSError as e:
             raise load_error("a causal LM", name_or_path, e, offline) from e
 

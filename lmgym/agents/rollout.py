@@ -198,8 +198,9 @@ class RolloutCollector:
         while live:
             turns = self.turns([builders[i].tokens for i in live], [keys[i] for i in live], contract)
             batch = [idle] * n
-            for i, turn in zip(live, turns):
-                batch[i] = np.array(turn.tokens or [tok.eos_token_id], dtype=np.int64)
+            actions = {i: list(turn.tokens or [tok.eos_token_id]) for i, turn in zip(live, turns)}  # as sampled
+            for i, action in actions.items():
+                batch[i] = np.array(action, dtype=np.int64)
             with named_vector_errors(contract["env_id"], seeds):
                 obs, rewards, terminated, truncated, infos = vec.step(tuple(batch))
             for i, turn in zip(list(live), turns):
@@ -207,7 +208,7 @@ class RolloutCollector:
                 final = infos["final_obs"][i] if ended and same_step else obs[i]
                 info = step_info(infos, i, ended and same_step)
                 args = (rewards[i], terminated[i], truncated[i], info, final, contract)
-                if self.record_turn(builders[i], turn, batch[i].tolist(), *args) is None:
+                if self.record_turn(builders[i], turn, actions[i], *args) is None:
                     live.remove(i)
         return [b.build() for b in builders]
 

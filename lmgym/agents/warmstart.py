@@ -188,14 +188,27 @@ def tiny_llama(
     return LlamaForCausalLM(config)
 
 
+CONTEXT_PROBES = 32
+"""Demonstrations played to size the context of a default model with no warm start (``steps=0``)."""
+
+
 def default_model(
-    env_id: str, env_kwargs: dict[str, Any] | None = None, config: WarmStartConfig | None = None, use_cache: bool = True
+    env_id: str,
+    env_kwargs: dict[str, Any] | None = None,
+    config: WarmStartConfig | None = None,
+    use_cache: bool = True,
+    step_timeout: float | None = None,
 ) -> tuple[PreTrainedModel, ByteTokenizer, Path]:
     """The warm-started default model for ``env_id``: ``(model, tokenizer, cache path)``.
 
     Loaded from the cache when an identical warm start (same env, arguments and config) was
-    made before; otherwise built and saved there.
+    made before; otherwise built and saved there. The env's oracle plays the demonstrations
+    under ``lmgym.vector.Guarded`` (``step_timeout``: a reset or step that hangs ends, one that
+    fails is an ``EnvError`` naming the env); with ``config.steps=0`` only ``CONTEXT_PROBES`` of them,
+    to size the model's context.
     """
+    from lmgym.vector import Guarded
+
     config = config or WarmStartConfig()
     env_kwargs = dict(env_kwargs or {})
     key = json.dumps(
@@ -208,13 +221,19 @@ def default_model(
 
         try:
             if find_damaged(path) is None:
-                return AutoModelForCausalLM.from_pretrained(path), tokenizer, path
+                return AutoModelForCausalLM.from_pretrained(path, trust_remote_code=False), tokenizer, path
         except Exception:  # noqa: BLE001 (whatever is wrong with it, the entry is rebuilt)
             pass
         print(f"the cached warm start in {path} is unreadable: rebuilding it")
-    env = gym.make(env_id, tokenizer=tokenizer, **env_kwargs)
-    demos = demonstrations(env, config.demonstrations, tokenizer, config.tool_rate, config.seed)
-    env.close()
+    def make() -> gym.Env:
+        return gym.make(env_id, tokenizer=tokenizer, **env_kwargs)
+
+    env = Guarded(make(), factory=make, step_timeout=step_timeout)
+    n = config.demonstrations if config.steps else min(config.demonstrations, CONTEXT_PROBES)
+    try:
+        demos = demonstrations(env, n, tokenizer, config.tool_rate, config.seed)
+    finally:
+        env.close()
     torch.manual_seed(config.seed)
     build = tiny_llama if config.architecture == "llama" else tiny_gpt2
     model = build(tokenizer, config.n_layer, config.n_embd, config.n_head, context_for(demos, config))

@@ -39,9 +39,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"lmgym {args.command}: error: {e}", file=sys.stderr)
         return 2
     except RunError as e:
-        print(f"lmgym {args.command}: failed: {e}", file=sys.stderr)
-        return 1
+        print(f"lmgym {args.command}: {e.said}: {e}", file=sys.stderr)
+        return e.status
     except KeyboardInterrupt:
+        print(f"lmgym {args.command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # e.g. `lmgym list | head`
         return 0

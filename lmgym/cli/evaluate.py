@@ -5,9 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
 from typing import Any
 
-from lmgym.cli.options import UsageError, add_model_flags, add_tools_flag, check_inputs, parse_kwargs, table
+from lmgym.cli.options import (
+    Interrupted,
+    RunError,
+    UsageError,
+    add_model_flags,
+    add_tools_flag,
+    check_inputs,
+    failure_line,
+    parse_kwargs,
+    table,
+)
 from lmgym.cli.session import check_chat_template, make_agent, make_envs, quiet_transformers, set_threads
 
 
@@ -27,9 +38,30 @@ def add_parser(sub: Any) -> None:
 
 
 def evaluate_command(args: argparse.Namespace) -> None:
+    """``lmgym eval``: a failure after the input is checked (an env that raises, a model that does
+    not load) is one line, its traceback in a temporary file."""
+    check_inputs(args)
+    try:
+        evaluate_model(args)
+    except (UsageError, RunError):
+        raise
+    except KeyboardInterrupt as e:
+        raise Interrupted(failure_line(e, temporary_log())) from e
+    except BaseException as e:  # noqa: BLE001 (one line; the traceback in a file)
+        raise RunError(failure_line(e, temporary_log())) from e
+
+
+def temporary_log() -> Path:
+    import tempfile
+
+    fd, name = tempfile.mkstemp(prefix="lmgym-eval-", suffix=".log")
+    os.close(fd)
+    return Path(name)
+
+
+def evaluate_model(args: argparse.Namespace) -> None:
     from lmgym.agents.config import PPOConfig
 
-    check_inputs(args)
     if not os.path.exists(args.model):
         raise UsageError(f"--model {args.model!r} does not exist")
     from lmgym.agents.evaluation import evaluate

@@ -21,6 +21,30 @@ class UsageError(Exception):
 class RunError(Exception):
     """A run that failed after it started (an env that raised): printed as one line, exit status 1."""
 
+    status = 1
+    said = "failed"
+
+
+class Interrupted(RunError):
+    """A run stopped by Ctrl-C (``KeyboardInterrupt``): one line, exit status 130."""
+
+    status = 130
+    said = "interrupted"
+
+
+def failure_line(error: BaseException, log: Any) -> str:
+    """One line for a failure whose traceback is written to ``log`` (a path): an ``EnvError``'s
+    own message (it names its env), else the error's type and first line."""
+    import traceback
+
+    from lmgym.core import EnvError
+    from lmgym.storage import write_aside
+
+    write_aside(log, "".join(traceback.format_exception(error)))
+    said = str(error).strip().splitlines()[0][:400] if str(error).strip() else ""
+    line = said if isinstance(error, EnvError) else f"{type(error).__name__}{f': {said}' if said else ''}"
+    return f"{line} (traceback in {log})"
+
 
 def import_env_module(env_id: str) -> tuple[str, str | None]:
     """``module:Name-v0``, as ``gym.make`` takes it: imports ``module`` (which registers the env,
@@ -60,6 +84,16 @@ def make_env(env_id: str, /, **kwargs: Any) -> gym.Env:
         raise UsageError(f"bad argument for {env_id}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
     except (ImportError, LibraryError) as e:  # a task library that is missing or needs what is not here
         raise UsageError(f"{env_id}: {str(e).splitlines()[0]}") from e
+
+
+def close_within(env: gym.Env, seconds: float = 10.0) -> None:
+    """Closes ``env``, leaving a close that hangs to finish in the background after ``seconds``."""
+    from lmgym.core import call_with_timeout
+
+    try:
+        call_with_timeout(env.close, timeout=seconds)
+    except Exception:  # noqa: BLE001 (a failing close loses nothing here)
+        pass
 
 
 def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:
@@ -161,11 +195,11 @@ def check_inputs(args: argparse.Namespace) -> None:
     from lmgym.agents.checkpoints import CheckpointError, resolve, verify
 
     env = make_env(args.env_id, **parse_kwargs(args.env_arg))  # a bad --env-arg fails here
-    with_tools(env, getattr(args, "tools", None)).close()  # and a bad --tools
+    close_within(with_tools(env, getattr(args, "tools", None)))  # a bad --tools fails here too
     least_values = [("episodes", 1), ("num_envs", 1), ("eval_episodes", 1), ("threads", 1), ("eval_every", 0)]
     for flag, least in least_values + [("env_workers", 0), ("env_worker_cpus", 0)]:
         value = getattr(args, flag, None)
-        if value is not None and value < least:
+        if value is not None and not least <= value < float("inf"):
             raise UsageError(f"--{flag.replace('_', '-')} must be at least {least}, got {value}")
     if getattr(args, "warmstart_steps", None) is not None and args.warmstart_steps < 0:
         raise UsageError(f"--warmstart-steps must be at least 0, got {args.warmstart_steps}")

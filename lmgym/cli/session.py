@@ -52,7 +52,13 @@ def default_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> tuple
     if getattr(args, "warmstart_steps", None) is not None:
         warm = dataclasses.replace(warm, steps=args.warmstart_steps)
     try:
-        model, tokenizer, _ = build(args.env_id, env_kwargs, warm, use_cache=not getattr(args, "no_cache", False))
+        model, tokenizer, _ = build(
+            args.env_id,
+            env_kwargs,
+            warm,
+            use_cache=not getattr(args, "no_cache", False),
+            step_timeout=getattr(args, "cfg_step_timeout", None),
+        )
     except NotImplementedError as e:
         raise UsageError(f"{args.env_id} has no oracle to warm-start the default model from ({e}); pass --model") from e
     return model, tokenizer
@@ -173,24 +179,57 @@ def make_envs(args: argparse.Namespace, n: int, tokenizer: Any, env_kwargs: dict
     if workers:
         from lmgym.vector.remote import RayVectorEnv
 
-        return RayVectorEnv(fns, envs_per_actor=-(-n // workers), num_cpus=args.env_worker_cpus, autoreset_mode=mode)
+        try:
+            return RayVectorEnv(
+                fns, envs_per_actor=-(-n // workers), num_cpus=args.env_worker_cpus, autoreset_mode=mode
+            )
+        except ValueError as e:  # a placement that can never fit
+            raise UsageError(f"--env-workers {workers}: {e}") from e
     return ConcurrentVectorEnv(fns, autoreset_mode=mode)
 
 
 def connect_ray(args: argparse.Namespace) -> None:
     """``--ray [ADDRESS]``: joins the Ray cluster at ADDRESS (``auto``: the one running here) or
-    starts a local one; ``--env-workers`` and ``--engines`` then place their actors on it."""
+    starts a local one (quiet, no dashboard, a small object store); ``--env-workers`` and
+    ``--engines`` then place their actors on it. An address where nothing answers is one line."""
     if getattr(args, "ray", None) is None and not getattr(args, "env_workers", None):
         return
     try:
         import ray
     except ImportError as e:
         raise UsageError("--ray, --env-workers: Ray is not installed: pip install 'lmgym[ray]'") from e
-    if not ray.is_initialized():
-        address = None if args.ray in (None, "local") else args.ray
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
-        resources = ray.cluster_resources()
-        print(f"Ray: {len(ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs")
+    from lmgym.vector.remote import init_local_ray
+
+    if ray.is_initialized():
+        return
+    if args.ray in (None, "local"):
+        init_local_ray()
+    else:
+        import logging
+
+        check_ray_address(args.ray)
+        try:
+            ray.init(address=args.ray, log_to_driver=False, logging_level=logging.ERROR)
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            raise UsageError(f"--ray {args.ray}: cannot join the cluster there ({str(e).splitlines()[0]:.200})") from e
+    resources = ray.cluster_resources()
+    print(f"Ray: {len(ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs")
+
+
+def check_ray_address(address: str, seconds: float = 3.0) -> None:
+    """``auto`` or ``HOST:PORT`` where something answers within ``seconds`` (``ray.init`` retries an
+    address where nothing does for minutes); else ``UsageError``."""
+    import socket
+
+    if address == "auto":
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--ray {address!r}: expected HOST:PORT of a Ray cluster's head, auto or local")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=seconds).close()
+    except OSError as e:
+        raise UsageError(f"--ray {address}: nothing answers there ({e.strerror or e})") from e
 
 
 def warn_cut_turns(agent: Any, batch: Any, budget: int) -> None:
@@ -218,6 +257,7 @@ def warn_cut_turns(agent: Any, batch: Any, budget: int) -> None:
 
 __all__ = [
     "check_chat_template",
+    "check_ray_address",
     "connect_ray",
     "pretrained_recipe",
     "env_maker",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lmgym.cli.options import (
+    Interrupted,
     RunError,
     UsageError,
     add_config_flags,
@@ -22,6 +23,7 @@ from lmgym.cli.options import (
     add_tools_flag,
     check_inputs,
     config_overrides,
+    failure_line,
     parse_kwargs,
     table,
 )
@@ -36,7 +38,6 @@ from lmgym.cli.session import (
     set_threads,
     warn_cut_turns,
 )
-from lmgym.core import EnvError
 from lmgym.storage import write_aside
 
 DEFAULT_ENV = "lmgym/Calculator-v0"
@@ -85,7 +86,12 @@ def add_parser(sub: Any) -> None:
         help="run on Ray: join the cluster at ADDRESS (auto: the one running here), or start a local one",
     )
     p.add_argument("--env-workers", type=int, default=0, help="Ray actors that hold the envs (0: threads here)")
-    p.add_argument("--env-worker-cpus", type=float, default=1.0, help="CPUs each env actor asks Ray for")
+    p.add_argument(
+        "--env-worker-cpus",
+        type=float,
+        default=None,
+        help="CPUs each env actor holds while it runs (default: Ray's own, one to be placed and none while it runs)",
+    )
     add_config_flags(p)
     p.add_argument("--estimator", choices=["gae", "rloo", "grpo"], default="gae")
     p.add_argument("--generation-kwargs", type=json.loads, default=None, help="JSON of transformers generation kwargs")
@@ -96,33 +102,40 @@ def add_parser(sub: Any) -> None:
 def train(args: argparse.Namespace) -> None:
     check_inputs(args)  # bad input fails here, before torch is even imported
     started = time.perf_counter()
-    env_kwargs = parse_kwargs(args.env_arg)
     out = Path(args.out)
     lock = claim_run_dir(args)  # noqa: F841 (held until the process ends)
+    built: dict[str, Any] = {}  # the agent and envs once they exist: a failure checkpoints the agent
+    try:
+        run(args, built, started)
+    except (UsageError, RunError):
+        raise
+    except KeyboardInterrupt as e:
+        raise Interrupted(run_failure(built.get("agent"), built.get("envs"), out, e)) from e
+    except BaseException as e:  # noqa: BLE001 (whatever failed, one line; the traceback in OUT/error.log)
+        raise RunError(run_failure(built.get("agent"), built.get("envs"), out, e)) from e
+
+
+def run(args: argparse.Namespace, built: dict[str, Any], started: float) -> None:
+    """The run: the agent and envs (kept in ``built``), evaluate before, learn, evaluate after, write."""
+    env_kwargs = parse_kwargs(args.env_arg)
     set_threads(args.threads)
     quiet_transformers()
     connect_ray(args)
-    from lmgym.agents.engines import EngineDied, engine_problem
+    from lmgym.agents.engines import engine_problem
     from lmgym.agents.models import format_memory
 
-    try:  # the recipe and the warm start play the env's oracle
-        config = run_config(args, pretrained_recipe(args, env_kwargs) if args.model else None)
-        problem = None if config.engine.engines else engine_problem(config.engine.name)  # before any model is built
-        if problem:
-            raise UsageError(problem)
-        agent = make_agent(args, config, env_kwargs)
-    except EnvError as e:
-        raise RunError(run_failure(None, None, out, e)) from e
+    config = run_config(args, pretrained_recipe(args, env_kwargs) if args.model else None)
+    problem = None if config.engine.engines else engine_problem(config.engine.name)  # before any model is built
+    if problem:
+        raise UsageError(problem)
+    agent = built["agent"] = make_agent(args, config, env_kwargs)
     check_chat_template(args, agent.tokenizer)
     print(format_memory(agent.memory_estimate()))
     k = config.group_size or 1
-    envs = make_envs(args, max(k, args.num_envs // k * k), agent.tokenizer, env_kwargs)
+    envs = built["envs"] = make_envs(args, max(k, args.num_envs // k * k), agent.tokenizer, env_kwargs)
     eval_envs = make_envs(args, min(50, args.eval_episodes), agent.tokenizer, env_kwargs)
-    try:
-        before = evaluate_before(args, agent, eval_envs, out)
-        after = learn(args, agent, envs, eval_envs, out)
-    except (EnvError, EngineDied) as e:  # an env or the engine's process failed: the run stops, resumable
-        raise RunError(run_failure(agent, envs, out, e)) from e
+    before = evaluate_before(args, agent, eval_envs, Path(args.out))
+    after = learn(args, agent, envs, eval_envs, Path(args.out))
     write_outputs(args, agent, env_kwargs, before, after)
     report(args, agent, before[0], after[0], time.perf_counter() - started)
 
@@ -185,18 +198,18 @@ def learn(args: argparse.Namespace, agent: Any, envs: Any, eval_envs: Any, out: 
     return evaluator.final or evaluate(agent, eval_envs, args.eval_episodes)
 
 
-def run_failure(agent: Any, envs: Any, out: Path, error: Exception) -> str:
-    """An env (or the engine's process) failed mid-run: its traceback goes to ``OUT/error.log``,
-    the agent as of its last update to a checkpoint (a failed collect changes no weights); returns
-    the line that says so."""
-    import traceback
-
-    write_aside(out / "error.log", "".join(traceback.format_exception(error)))
+def run_failure(agent: Any, envs: Any, out: Path, error: BaseException) -> str:
+    """The run failed (an env, the engine's process, Ray, a model file, anything): the traceback
+    goes to ``OUT/error.log``, the agent as of its last update to a checkpoint (a failed collect
+    changes no weights); returns the line that says so."""
     resume = ""
     if agent is not None and agent.num_updates:
-        agent.save_checkpoint(out / "checkpoints", envs)
-        resume = f"; update {agent.num_updates} is checkpointed: fix it, then --resume {out}"
-    return f"{str(error).splitlines()[0][:400]} (traceback in {out / 'error.log'}{resume})"
+        try:
+            agent.save_checkpoint(out / "checkpoints", envs)
+            resume = f"; update {agent.num_updates} is checkpointed: fix it, then --resume {out}"
+        except Exception as e:  # noqa: BLE001 (a full disk, say: the last good checkpoint stays)
+            resume = f"; checkpointing update {agent.num_updates} failed too ({type(e).__name__}: {str(e)[:100]})"
+    return failure_line(error, out / "error.log").removesuffix(")") + f"{resume})"
 
 
 def write_outputs(

@@ -95,7 +95,7 @@ def check_model_path(path: str) -> None:
     from lmgym.tokenizers import load_tokenizer
 
     try:
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     except (OSError, ValueError) as e:
         raise ValueError(f"opponent {path!r} is not a model directory ({str(e).splitlines()[0]:.150})") from e
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:

@@ -32,16 +32,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, cast
 
 import gymnasium as gym
-import numpy as np  # noqa: F401 (the doctest uses it)
+import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.utils import iterate
 
-from lmgym.core import EnvError, Worker, check_timeout
+from lmgym.core import EnvError, StuckError, Worker, abandon, call_with_timeout, check_timeout
 
 DEFAULT_STEP_TIMEOUT = 300.0
 """Seconds a sub-env's step or reset may take when nobody says otherwise: far past any normal step
 (a sandboxed tool call is killed at 10 s), and still an end to a stall."""
 ON_ERROR = ("raise", "skip")
+CLOSE_TIMEOUT = 10.0
+"""Seconds a sub-env's ``close`` may take before it is left to finish in the background."""
 
 
 class Guarded(gym.Wrapper):
@@ -90,6 +92,8 @@ class Guarded(gym.Wrapper):
         for attempt in (1, 2):
             try:
                 done, result = self.worker.call(self.env.reset, seed=seed, options=options, timeout=self.deadline)
+            except StuckError as e:
+                raise self.error(str(e)) from e
             except EnvError as e:
                 return self.failed_reset(e)
             except Exception as e:
@@ -107,8 +111,11 @@ class Guarded(gym.Wrapper):
         self.turn += 1
         if self.broken is not None:  # its reset failed (on_error="skip"): the episode ends here
             return "", 0.0, False, True, {"env_error": self.broken}
+        action = np.array(action, copy=True)  # an env that writes into it cannot rewrite the recorded tokens
         try:
             done, result = self.worker.call(self.env.step, action, timeout=self.deadline)
+        except StuckError as e:
+            raise self.error(str(e), action) from e
         except EnvError as e:  # it names its env already (a remote sub-env's)
             return self.failed(e)
         except Exception as e:
@@ -121,8 +128,13 @@ class Guarded(gym.Wrapper):
         return self.failed(self.error(problem, action)) if problem else result
 
     def close(self) -> None:
-        self.worker.close()
-        super().close()
+        """Closes the env within ``CLOSE_TIMEOUT`` seconds; past it, it is left to finish."""
+        try:
+            self.worker.call(self.env.close, timeout=CLOSE_TIMEOUT)
+        except Exception:  # noqa: BLE001 (a failing close loses nothing: the episodes are in)
+            pass
+        finally:
+            self.worker.close()
 
     def failed(self, error: EnvError, cause: BaseException | None = None) -> tuple[Any, float, bool, bool, dict]:
         """``on_error="skip"``: the episode ends, truncated, in a fresh env; else ``error`` is raised."""
@@ -143,11 +155,23 @@ class Guarded(gym.Wrapper):
         return "", {"env_error": str(error)}
 
     def replace(self, why: str) -> None:
-        """Abandons the env for a fresh one from the factory (the old one closed in the background)."""
+        """Abandons the env for a fresh one from the factory, made within the deadline (the old one
+        is closed in the background, and counted among the stuck threads until it is)."""
         if self.factory is None:
             raise self.error(f"{why}, and there is no factory to make a fresh env from")
-        old, self.env = self.env, self.factory()
-        threading.Thread(target=_close_quietly, args=(old,), daemon=True, name="lmgym-abandoned-env").start()
+        old = self.env
+        closing = threading.Thread(target=_close_quietly, args=(old,), daemon=True, name="lmgym-abandoned-env")
+        closing.start()
+        try:
+            abandon(closing)
+            done, fresh = call_with_timeout(self.factory, timeout=self.deadline)
+        except StuckError as e:
+            raise self.error(str(e)) from e
+        except Exception as e:
+            raise self.error(f"{why}, and making a fresh env raised {type(e).__name__}: {str(e)[:300]}") from e
+        if not done:
+            raise self.error(f"{why}, and making a fresh env did not return within {self.deadline:g} s")
+        self.env = fresh
 
     def error(self, problem: str, action: Any = None) -> EnvError:
         spec = getattr(self.env, "spec", None)

@@ -33,15 +33,54 @@ from lmgym.core import EnvError
 from lmgym.vector.concurrent import ConcurrentVectorEnv
 
 
+LOCAL_OBJECT_STORE = 256 * 2**20
+"""Bytes of object store a local Ray started by lmgym gets: env steps move text, not tensors."""
+
+
 def require_ray() -> Any:
-    """``ray``, initialised (a local instance when none is running), or an ImportError saying how to get it."""
+    """``ray``, initialised (``init_local_ray`` when none is running), or an ImportError saying how to get it."""
     try:
         import ray
     except ImportError as e:
         raise ImportError("RayVectorEnv needs Ray: pip install 'lmgym[ray]'") from e
     if not ray.is_initialized():
-        ray.init(include_dashboard=False, log_to_driver=False)
+        init_local_ray()
     return ray
+
+
+def init_local_ray() -> None:
+    """A local Ray instance without its dashboard, with a small object store, and quiet: no
+    driver logs, and only errors from Ray's own logger (its INFO lines and the notice that token
+    authentication is on are nothing a user acts on; authentication stays on)."""
+    import logging
+
+    import ray
+
+    ray.init(
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+        object_store_memory=LOCAL_OBJECT_STORE,
+    )
+
+
+def check_placement(actors: int, options: dict[str, Any]) -> None:
+    """``ValueError`` at once when ``actors`` actors of ``options`` can never all run: one asks for
+    more CPUs than any node has, or all of them together for more than the cluster has (a vector
+    env's actors must all run at once). An actor without ``num_cpus`` holds a CPU only to be placed."""
+    ray = require_ray()
+    cpus = options.get("num_cpus")
+    if not cpus:
+        return
+    nodes = [n.get("Resources", {}).get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")]
+    total, free = sum(nodes), ray.available_resources().get("CPU", 0.0)
+    if cpus > max(nodes, default=0.0) or actors * cpus > total:
+        raise ValueError(
+            f"RayVectorEnv: {actors} actor{'s' * (actors != 1)} of num_cpus={cpus:g} need {actors * cpus:g} CPUs at "
+            f"once (each on one node); the cluster has {total:g} ({free:g} free, at most {max(nodes, default=0):g} "
+            "on a node): leave num_cpus unset (an actor then holds a CPU only to be placed), ask for less, or put "
+            "more envs in each actor (envs_per_actor=)"
+        )
 
 
 START_TIMEOUT = 120.0
@@ -85,10 +124,6 @@ class EnvHost:
     def call(self, i: int, name: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         return self.envs[i].get_wrapper_attr(name)(*args, **kwargs)
 
-    def fresh(self, i: int) -> None:
-        """A new sub-env ``i`` from its factory (the old one is left to whatever thread still runs it)."""
-        self.envs[i] = self.fns[i]()
-
     def pid(self) -> int:
         import os
 
@@ -112,6 +147,7 @@ class ActorGroup:
         self.fns, self.options, self.max_restarts = env_fns, options, max_restarts
         self.lock = threading.Lock()
         self.generation, self.restarts = 0, 0
+        self.owners: dict[int, RemoteEnv | None] = {}  # sub-env index -> the RemoteEnv that plays it now
         self.actor = self.start()
 
     def start(self) -> Any:
@@ -121,18 +157,38 @@ class ActorGroup:
         ray = require_ray()
         from ray.exceptions import GetTimeoutError
 
+        from ray.exceptions import RayActorError
+
         actor = ray.remote(EnvHost).options(**self.options).remote(self.fns)
         try:
             ray.get(actor.__ray_ready__.remote(), timeout=START_TIMEOUT)
+        except RayActorError as e:  # making its envs raised: the last line of the actor's traceback says what
+            said = [line.strip() for line in str(e).splitlines() if line.strip()]
+            raise RuntimeError(f"a RayVectorEnv actor could not make its envs: {said[-1][:300] if said else e}") from e
         except GetTimeoutError:
             ray.kill(actor)
             free = ray.available_resources().get("CPU", 0)
+            cpus = self.options.get("num_cpus")
             raise RuntimeError(
                 f"a RayVectorEnv actor did not start within {START_TIMEOUT:g} s: it asks for "
-                f"{self.options.get('num_cpus')} CPUs and the cluster has {free:g} free; ask for less (num_cpus=) "
-                "or put more envs in each actor (envs_per_actor=)"
+                f"{'Ray default of 1' if cpus is None else f'{cpus:g}'} CPU to be placed and the cluster has "
+                f"{free:g} free; ask for less (num_cpus=) or put more envs in each actor (envs_per_actor=)"
             ) from None
         return actor
+
+    def recycle(self, index: int) -> None:
+        """Sub-env ``index``'s call is stuck: its ``RemoteEnv`` is retired (it stops at its next
+        call) and the actor killed and started again (a stuck call holds one of its threads for
+        ever; a process can be killed), its other sub-envs replaying their episodes there. Not
+        counted in ``restarts``."""
+        import ray
+
+        with self.lock:
+            self.owners[index] = None
+            with contextlib.suppress(Exception):
+                ray.kill(self.actor)
+            self.generation += 1
+            self.actor = self.start()
 
     def restart(self, seen: int, why: Exception) -> int:
         """Starts the actor again, unless another sub-env did since generation ``seen``; returns
@@ -154,6 +210,7 @@ class RemoteEnv(gym.Env):
     def __init__(self, group: ActorGroup, index: int, position: int = 0):
         self.group, self.index, self.position = group, index, position  # in its actor, in the vector env
         self.generation = group.generation
+        group.owners[index] = self
         self.episode: tuple[int | None, dict[str, Any] | None] | None = None
         self.actions: list[Any] = []
         self.restarted = False  # whether the last call saw the actor die (and start again)
@@ -168,6 +225,8 @@ class RemoteEnv(gym.Env):
         from ray.exceptions import RayActorError
 
         while True:
+            if self.group.owners.get(self.index) is not self:  # given up on after a timeout (recycle)
+                raise EnvError("this sub-env was replaced after a timeout", index=self.position, env_id=None)
             try:
                 if self.generation != self.group.generation:  # the actor was started again: catch up
                     self.catch_up()
@@ -231,7 +290,10 @@ class RayVectorEnv(ConcurrentVectorEnv):
         env_fns: functions that make the sub-envs, as for ``SyncVectorEnv`` (they are pickled to
             the actors: module-level functions, or lambdas of picklable things).
         envs_per_actor: sub-envs per actor (stepped in the actor's threads).
-        num_cpus: CPUs each actor asks Ray for (fractional allowed, e.g. 0.25 for envs that wait).
+        num_cpus: CPUs each actor holds while it lives (fractional allowed, e.g. 0.25); ``None``
+            (the default) is Ray's own for an actor: one CPU to be placed and none while it runs, so
+            any number of env actors (which mostly wait on tools) start on a 2-CPU machine. A
+            placement that can never fit is a ``ValueError`` at once.
         max_restarts: how many times an actor that dies is started again before ``EnvError``.
         actor_options: more ``ray.remote`` options for the actors (e.g. ``{"resources": ...}``;
             the default spreads the actors over the cluster's machines).
@@ -240,7 +302,7 @@ class RayVectorEnv(ConcurrentVectorEnv):
     Example:
         >>> import ray, lmgym
         >>> _ = ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-        >>> envs = RayVectorEnv([lambda: gym.make("lmgym/Echo-v0")] * 2, num_cpus=0.25)
+        >>> envs = RayVectorEnv([lambda: gym.make("lmgym/Echo-v0")] * 2)
         >>> list(envs.reset(seed=[0, 1])[0])
         ['Echo: dcc\\n', 'Echo: bcd\\n']
         >>> envs.close(); ray.shutdown()
@@ -250,18 +312,20 @@ class RayVectorEnv(ConcurrentVectorEnv):
         self,
         env_fns: Sequence[Callable[[], gym.Env]],
         envs_per_actor: int = 1,
-        num_cpus: float = 1.0,
+        num_cpus: float | None = None,
         max_restarts: int = 3,
         actor_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ):
-        if envs_per_actor < 1 or max_restarts < 0 or num_cpus < 0:
-            raise ValueError("envs_per_actor must be >= 1, max_restarts and num_cpus >= 0")
+        if envs_per_actor < 1 or max_restarts < 0 or (num_cpus is not None and not 0 <= num_cpus < float("inf")):
+            raise ValueError(f"envs_per_actor must be >= 1, max_restarts and num_cpus >= 0, got num_cpus={num_cpus}")
         fns = list(env_fns)
         # threads for each sub-env, and as many spare for the fresh envs that replace stuck ones
-        options = {"num_cpus": num_cpus, "max_concurrency": 2 * envs_per_actor, "scheduling_strategy": "SPREAD"}
+        options: dict[str, Any] = {"max_concurrency": 2 * envs_per_actor, "scheduling_strategy": "SPREAD"}
+        options.update({"num_cpus": num_cpus} if num_cpus is not None else {})
         options.update(actor_options or {})
         chunks = [fns[i : i + envs_per_actor] for i in range(0, len(fns), envs_per_actor)]
+        check_placement(len(chunks), options)
         with ThreadPoolExecutor(max(1, len(chunks))) as pool:  # actors start in parallel
             starts = [pool.submit(ActorGroup, chunk, options, max_restarts) for chunk in chunks]
         failed = [e for e in (f.exception() for f in starts) if e is not None]
@@ -276,12 +340,12 @@ class RayVectorEnv(ConcurrentVectorEnv):
         super().__init__(makers, **kwargs)
 
     def remote_env(self, group: ActorGroup, index: int, position: int) -> RemoteEnv:
-        """Sub-env ``index`` of ``group``'s actor (``position`` in this vector env); made anew
-        there when the guard replaces it."""
-        env = RemoteEnv(group, index, position)
-        if getattr(self, "envs", None) is not None:  # a replacement after a timeout: a fresh env in the actor
-            env.remote("fresh")
-        return env
+        """Sub-env ``index`` of ``group``'s actor (``position`` in this vector env). When the guard
+        replaces it (a step past its deadline, an error with ``on_env_error="skip"``), the actor is
+        started again (``ActorGroup.recycle``): no thread stays stuck in it."""
+        if getattr(self, "envs", None) is not None:
+            group.recycle(index)
+        return RemoteEnv(group, index, position)
 
     @property
     def restarts(self) -> int:
@@ -300,4 +364,4 @@ class RayVectorEnv(ConcurrentVectorEnv):
                 ray.kill(group.actor)
 
 
-__all__ = ["ActorGroup", "EnvHost", "RayVectorEnv", "RemoteEnv", "require_ray"]
+__all__ = ["ActorGroup", "EnvHost", "RayVectorEnv", "RemoteEnv", "check_placement", "init_local_ray", "require_ray"]

@@ -62,7 +62,7 @@ class EngineHost:
     def load_model(self) -> Any:
         from transformers import AutoModelForCausalLM
 
-        return AutoModelForCausalLM.from_pretrained(self.directory).eval()
+        return AutoModelForCausalLM.from_pretrained(self.directory, trust_remote_code=False).eval()
 
     def load_value_head(self) -> None:
         from safetensors.torch import load_file
