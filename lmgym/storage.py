@@ -106,21 +106,85 @@ def write_aside(final: str | os.PathLike, data: str | bytes) -> None:
         raise
 
 
+MAX_DEPTH = 10
+"""Containers inside containers that a data file may hold (an optimizer's state needs 4)."""
+MAX_ITEMS = 1_000_000
+"""Values a data file may hold, counted as a walk meets them (a container referenced twice counts
+twice): a file of lists that hold the same list twice at each level is tiny, and a walk of it
+without a memo (torch's optimizer loading) never ends."""
+MAX_JSON_BYTES = 16 * 2**20
+"""The largest JSON file of a model or run directory lmgym reads."""
+
+
+def data_problem(value: Any, max_depth: int = MAX_DEPTH, max_items: int = MAX_ITEMS) -> str | None:
+    """What makes ``value`` unsafe to walk (nested deeper than ``max_depth``, more than
+    ``max_items`` values as a walk meets them), or ``None``.
+
+    Example:
+        >>> deep = []
+        >>> for _ in range(40): deep = [deep, deep]
+        >>> data_problem({"a": [1, 2]}), data_problem(deep)
+        (None, 'nested more than 10 deep')
+    """
+    count, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        count += 1
+        if count > max_items:
+            return f"more than {max_items:,} values"
+        if isinstance(item, dict):
+            children: Any = [*item.keys(), *item.values()]
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth >= max_depth and children:
+            return f"nested more than {max_depth} deep"
+        stack.extend((child, depth + 1) for child in children)
+    return None
+
+
+def load_json(file: str | os.PathLike, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """A JSON file from a directory lmgym did not necessarily write (a model, a run): at most
+    ``max_bytes`` read, nested at most ``MAX_DEPTH`` deep; else ``DataError`` saying why."""
+    path = Path(file)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(max_bytes + 1)
+    except OSError as e:
+        raise DataError(f"{str(path)!r} is unreadable ({e.strerror or e})") from e
+    if len(raw) > max_bytes:
+        raise DataError(f"{str(path)!r} is larger than {max_bytes // 2**20} MiB: refused")
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:
+        raise DataError(f"{str(path)!r} is not JSON ({type(e).__name__}: {str(e)[:100]})") from e
+    problem = data_problem(value)
+    if problem:
+        raise DataError(f"{str(path)!r} is {problem}: refused")
+    return value
+
+
 def load_data(file: str | os.PathLike) -> Any:
     """``torch.load`` of data only (tensors, numbers, strings, lists, dicts): a file holding
-    anything else (code to run on load) is refused with ``DataError``."""
+    anything else (code to run on load), or data nested too deep to walk (``data_problem``), is
+    refused with ``DataError``."""
     import pickle
 
     import torch
 
     try:
-        return torch.load(file, map_location="cpu", weights_only=True)
+        value = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         raise DataError(
             f"{str(file)!r} holds more than tensors and plain values: refused (a checkpoint is data, never code)"
         ) from e
-    except (OSError, RuntimeError, EOFError, ValueError) as e:
+    except (OSError, RuntimeError, EOFError, ValueError, RecursionError, MemoryError) as e:
         raise DataError(f"{str(file)!r} is unreadable ({type(e).__name__}: {str(e).splitlines()[0]:.120})") from e
+    problem = data_problem(value)
+    if problem:
+        raise DataError(f"{str(file)!r} holds data {problem}: refused")
+    return value
 
 
 def find_damaged(path: str | os.PathLike) -> str | None:
@@ -139,7 +203,7 @@ def find_damaged(path: str | os.PathLike) -> str | None:
             elif file.suffix == ".pt":
                 load_data(file)
             elif file.suffix == ".json":
-                json.loads(file.read_text(encoding="utf-8"))
+                load_json(file)
         except Exception as e:
             return f"{str(file)!r} is damaged or unreadable ({type(e).__name__})"
     return None
@@ -155,10 +219,12 @@ def cache_dir() -> Path:
 __all__ = [
     "DataError",
     "cache_dir",
+    "data_problem",
     "find_damaged",
     "fsync_dir",
     "fsync_tree",
     "load_data",
+    "load_json",
     "remove",
     "sha256",
     "write_aside",

@@ -74,7 +74,9 @@ class FaultyEnv(EchoEnv):
         if self.faulty and self.fault == "types":
             return 12345, "notafloat", None, None, None
         if self.faulty and self.fault in ("exit", "interrupt", "generator_exit"):
-            raise {"exit": SystemExit(0), "interrupt": KeyboardInterrupt(), "generator_exit": GeneratorExit()}[self.fault]
+            raise {"exit": SystemExit(0), "interrupt": KeyboardInterrupt(), "generator_exit": GeneratorExit()}[
+                self.fault
+            ]
         if self.faulty and self.fault == "mutate":
             result = super().step(action)
             action[:] = 0

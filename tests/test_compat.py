@@ -190,6 +190,8 @@ def test_gem_errors_name_the_env():
     with pytest.raises(ValueError, match="unknown GEM env 'game:GuessTheNumber-v0-eas'; did you mean"):
         gem.make("game:GuessTheNumber-v0-eas")
     with pytest.raises(LibraryError, match="needs the network, to download its dataset"):
+        gem.make("qa:HotpotQA")
+    with pytest.raises(LibraryError, match="grades answers with sympy's parse_expr"):  # refused before it downloads
         gem.make("math:Math12K")
 
 
@@ -292,3 +294,39 @@ def test_gem_refuses_an_unknown_env_kwarg_naming_it():
     with pytest.raises(ValueError, match="takes no env_kwargs 'bogus'; it takes: max_number, max_turns, min_number"):
         gem.make("game:GuessTheNumber-v0-easy", env_kwargs={"bogus": 1})
     assert gem.make("game:GuessTheNumber-v0-easy", env_kwargs={"max_turns": 3}).unwrapped.gem.max_turns == 3
+
+
+@pytest.mark.parametrize(
+    "env_id, kwargs, code",
+    [
+        pytest.param(
+            "lmgym/TextArena-v0", {"game": "GuessTheNumber-v0"}, "print(sorted([3, 1, 2]))", marks=needs_ta, id="ta"
+        ),
+        pytest.param(
+            "lmgym/GEM-v0", {"env_id": "game:GuessTheNumber-v0-easy"}, "print({1: 2})", marks=needs_gem, id="gem"
+        ),
+    ],
+)
+@pytest.mark.parametrize("chat", [False, True])
+def test_a_python_call_goes_on_past_the_env_s_stop_strings(env_id, kwargs, code, chat, tmp_path):
+    """TextArena's `]` and GEM's `}` ended the turn inside `<python>...`: --tools python could not be called."""
+    from helpers import build_chat_model
+
+    from lmgym.cli.options import with_tools
+    from lmgym.wrappers import ChatTemplate
+
+    tokenizer = str(build_chat_model("qwen2", tmp_path / "m")) if chat else None
+    env = with_tools(gym.make(env_id, tokenizer=tokenizer, **kwargs), "python")
+    env = ChatTemplate(env) if chat else env
+    stops = env.get_wrapper_attr("stop_strings")
+    call = f"<python>{code}</python>"
+    ends = [i + len(s) for i in range(len(call)) for s in stops if call.startswith(s, i)]
+    pieces = [call[a:b] for a, b in zip([0, *ends], ends)]  # where the engine ends each turn
+    assert len(pieces) > 1 and "".join(pieces) == call
+    env.reset(seed=0)
+    for piece in pieces[:-1]:
+        obs, reward, terminated, truncated, info = env.step(encode(env, piece))
+        assert (obs, reward, terminated, truncated, info["continued"]) == ("", 0.0, False, False, True)
+    obs, reward, terminated, _, info = env.step(encode(env, pieces[-1]))
+    assert info["tool_output"] == ("[1, 2, 3]" if "sorted" in code else "{1: 2}") and not terminated
+    assert "<result>" in obs

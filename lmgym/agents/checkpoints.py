@@ -101,21 +101,48 @@ def resolve(path: str | os.PathLike) -> Path:
 
 
 def verify(path: Path) -> dict[str, Any]:
-    """The manifest of checkpoint ``path``, after checking every file it lists (size and SHA-256)."""
+    """The manifest of checkpoint ``path``, after checking its shape and every file it lists (size
+    and SHA-256)."""
+    from lmgym.storage import load_json
+
     try:
-        manifest = json.loads((path / CHECKPOINT_MANIFEST).read_text())
-        files = manifest["files"]
-        if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
-            raise TypeError("files is not a table of files")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CheckpointError(f"{str(path / CHECKPOINT_MANIFEST)!r} is unreadable ({type(e).__name__})") from e
-    for name, expected in files.items():
+        manifest = load_json(path / CHECKPOINT_MANIFEST, max_bytes=64 * 2**20)
+        problem = manifest_problem(manifest)
+    except DataError as e:
+        raise CheckpointError(str(e)) from e
+    if problem:
+        raise CheckpointError(f"{str(path / CHECKPOINT_MANIFEST)!r} is not a checkpoint's manifest ({problem})")
+    for name, expected in manifest["files"].items():
         file = member(path, name)
         if not file.is_file():
             raise CheckpointError(f"{str(file)!r} is missing")
         if file.stat().st_size != expected["bytes"] or sha256(file) != expected["sha256"]:
             raise CheckpointError(f"{str(file)!r} is damaged (it differs from what the checkpoint wrote)")
     return manifest
+
+
+def manifest_problem(manifest: Any) -> str | None:
+    """What is wrong with the shape of a checkpoint's manifest, or ``None``: ``files`` maps names
+    to ``{"bytes": int, "sha256": str}``, ``model_signature`` names to shapes, ``env`` is an object,
+    the counters are integers."""
+    if not isinstance(manifest, dict):
+        return "not a JSON object"
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(
+        isinstance(v, dict) and type(v.get("bytes")) is int and isinstance(v.get("sha256"), str) for v in files.values()
+    ):
+        return "files is not a table of files"
+    signature = manifest.get("model_signature", {})
+    if not isinstance(signature, dict) or not all(
+        isinstance(v, list) and all(type(d) is int for d in v) for v in signature.values()
+    ):
+        return "model_signature is not a table of shapes"
+    if not isinstance(manifest.get("env", {}), dict):
+        return "env is not an object"
+    for key in ("num_updates", "num_episodes"):
+        if key in manifest and type(manifest[key]) is not int:
+            return f"{key} is not an integer"
+    return None
 
 
 def member(checkpoint: Path, name: Any) -> Path:

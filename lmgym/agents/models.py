@@ -3,7 +3,6 @@ LoRA through peft, the vocabulary check, and a memory estimate before training."
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, cast
@@ -20,9 +19,80 @@ MANIFEST = "lmgym_model.json"
 LORA_ALIASES = {"alpha": "lora_alpha", "dropout": "lora_dropout", "targets": "target_modules"}
 
 
+MANIFEST_FIELDS: dict[str, tuple[type, ...]] = {
+    "base": (str, type(None)),
+    "adapters": (bool,),
+    "vocab_size": (int, type(None)),
+    "env": (str, type(None)),
+    "chat_template": (bool, type(None)),
+    "system": (str, type(None)),
+    "tools": (str, type(None)),
+    "env_kwargs": (dict,),
+}
+"""What ``lmgym_model.json`` may hold, and the types each takes (a dir lmgym did not write may hold anything)."""
+
+
 def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    """A saved model's manifest (``{}`` when there is none), checked: a JSON object of
+    ``MANIFEST_FIELDS`` of their types, read within ``lmgym.storage``'s bounds; else ``ValueError``."""
+    from lmgym.storage import DataError, load_json
+
     file = Path(path) / MANIFEST
-    return json.loads(file.read_text()) if file.is_file() else {}
+    if not file.is_file():
+        return {}
+    try:
+        manifest = load_json(file, max_bytes=2**20)
+    except DataError as e:
+        raise ValueError(str(e)) from e
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{str(file)!r} is not a JSON object")
+    for key, value in manifest.items():
+        kinds = MANIFEST_FIELDS.get(key)
+        if kinds is None:
+            raise ValueError(f"{str(file)!r} holds an unknown field {key!r:.40}")
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise ValueError(f"{str(file)!r}: {key} is a {type(value).__name__}, not a {kinds[0].__name__}")
+    return manifest
+
+
+def check_model_config(path: str | os.PathLike) -> None:
+    """``ValueError`` when a model directory's ``config.json`` asks for what cannot be built: a size
+    that is not a positive integer (``num_attention_heads: 0``), or weights larger than this
+    machine's memory (``vocab_size: 2**36``), before ``from_pretrained`` tries."""
+    from lmgym.storage import DataError, load_json
+
+    file = Path(path) / "config.json"
+    if not file.is_file():
+        return
+    try:
+        config = load_json(file, max_bytes=2**20)
+    except DataError as e:
+        raise ValueError(str(e)) from e
+    if not isinstance(config, dict):
+        raise ValueError(f"{str(file)!r} is not a JSON object")
+    sizes = {k: config[k] for k in SIZE_FIELDS if k in config and config[k] is not None}
+    for key, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{str(file)!r}: {key} must be a positive integer, got {value!r:.40}")
+    vocab = sizes.get("vocab_size", 1)
+    width = next((sizes[k] for k in ("hidden_size", "n_embd", "d_model") if k in sizes), 1)
+    layers = next((sizes[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if k in sizes), 1)
+    inner = next((sizes[k] for k in ("intermediate_size", "n_inner") if k in sizes), 4 * width)
+    weights = 4 * (2 * vocab * width + layers * (4 * width * width + 3 * width * inner))  # fp32 bytes, roughly
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if weights > memory:
+        raise ValueError(
+            f"{str(file)!r} describes a model of about {weights / 2**30:.0f} GiB of weights, more than this "
+            f"machine's {memory / 2**30:.0f} GiB of memory"
+        )
+
+
+SIZE_FIELDS = (
+    "vocab_size", "hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "num_layers",
+    "num_attention_heads", "n_head", "num_key_value_heads", "intermediate_size", "n_inner",
+    "max_position_embeddings", "n_positions", "head_dim",
+)  # fmt: skip
+"""``config.json`` sizes that must be positive integers where they are given."""
 
 
 def is_adapter_dir(path: str | os.PathLike) -> bool:
@@ -39,6 +109,7 @@ def load_model(name_or_path: str | os.PathLike, trainable: bool = True) -> PreTr
     name_or_path = gguf.resolve(name_or_path)  # a .gguf file: its dequantized plain copy
     if is_adapter_dir(name_or_path):
         return load_adapted(Path(name_or_path), trainable)
+    check_model_config(name_or_path)
     with hub_lookup(name_or_path) as offline:
         try:
             return AutoModelForCausalLM.from_pretrained(name_or_path, trust_remote_code=False)
@@ -47,12 +118,29 @@ def load_model(name_or_path: str | os.PathLike, trainable: bool = True) -> PreTr
 
 
 def load_adapted(path: Path, trainable: bool = True) -> PreTrainedModel:
+    """Base + adapters: the base the manifest (or the adapter config) names, which must not hold
+    adapters itself (nor be the directory); ``target_modules`` must be names, not a pattern."""
     from peft import PeftModel
 
-    adapter = json.loads((path / "adapter_config.json").read_text())
+    from lmgym.storage import DataError, load_json
+
+    try:
+        adapter = load_json(path / "adapter_config.json", max_bytes=2**20)
+    except DataError as e:
+        raise ValueError(str(e)) from e
+    if not isinstance(adapter, dict):
+        raise ValueError(f"{str(path / 'adapter_config.json')!r} is not a JSON object")
+    for key in ("target_modules", "exclude_modules"):  # a string is a regular expression to peft
+        if isinstance(adapter.get(key), str) and adapter[key] != "all-linear":
+            raise ValueError(
+                f"{str(path / 'adapter_config.json')!r}: {key} is a pattern ({adapter[key]!r:.60}), not a list of "
+                "module names: refused (a pattern can take for ever to match)"
+            )
     base_name = read_manifest(path).get("base") or adapter.get("base_model_name_or_path")
-    if not base_name:
+    if not base_name or not isinstance(base_name, str):
         raise ValueError(f"{str(path)!r} holds LoRA adapters but names no base model")
+    if is_adapter_dir(base_name) or (os.path.exists(base_name) and Path(base_name).resolve() == path.resolve()):
+        raise ValueError(f"{str(path)!r} names {base_name!r} as its base, which holds adapters itself")
     base = load_model(base_name)
     rows = _saved_vocab_size(path)
     embeddings: Any = base.get_input_embeddings()
@@ -62,8 +150,7 @@ def load_adapted(path: Path, trainable: bool = True) -> PreTrainedModel:
 
 
 def _saved_vocab_size(path: Path) -> int | None:
-    manifest = read_manifest(path)
-    return int(manifest["vocab_size"]) if manifest.get("vocab_size") else None
+    return read_manifest(path).get("vocab_size") or None
 
 
 def check_model_vocab(model: PreTrainedModel, tokenizer: Tokenizer) -> None:

@@ -20,7 +20,7 @@ import torch
 
 from lmgym.agents import checkpoints
 from lmgym.agents.models import MANIFEST, load_model
-from lmgym.storage import written_aside
+from lmgym.storage import load_json, written_aside
 from lmgym.tokenizers import Tokenizer, load_tokenizer
 
 if TYPE_CHECKING:
@@ -125,7 +125,11 @@ def load(cls: type[PPOAgent], path: str | os.PathLike, config: PPOConfig | None 
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"no saved agent at {str(path)!r}")
-    config = config or PPOConfig.from_dict(json.loads((path / "ppo_config.json").read_text()))
+    if config is None:
+        saved = load_json(path / "ppo_config.json", max_bytes=2**20)
+        if not isinstance(saved, dict):
+            raise ValueError(f"{str(path / 'ppo_config.json')!r} is not a JSON object")
+        config = PPOConfig.from_dict(saved)
     ref = load_model(path / "ref_model") if (path / "ref_model").is_dir() else None
     agent = cls(load_model(path), tokenizer=load_tokenizer(path), ref_model=ref, config=config)
     agent.value_head.load_state_dict(checkpoints.load_state(path / "value_head.pt"))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -91,6 +92,12 @@ class PPOAgent:
         self.ref_model = None if self.is_peft else reference_model(model, ref_model, self.accelerator.device)
         policy = PolicyWithValue(model)
         sharded = self.config.model.fsdp and self.accelerator.num_processes > 1
+        if self.config.model.fsdp and not sharded:
+            warnings.warn(
+                "fsdp=True in one process: the policy is not sharded (FSDP2 needs several: accelerate "
+                "launch or torchrun)",
+                stacklevel=2,
+            )
         if sharded:  # FSDP2 in place; accelerate prepares the optimizer only
             shard(policy, self.accelerator.device, self.accelerator.num_processes)
         optimizer = adamw([p for p in policy.parameters() if p.requires_grad], self.config.learning_rate)

@@ -225,6 +225,7 @@ def default_model(
         except Exception:  # noqa: BLE001 (whatever is wrong with it, the entry is rebuilt)
             pass
         print(f"the cached warm start in {path} is unreadable: rebuilding it")
+
     def make() -> gym.Env:
         return gym.make(env_id, tokenizer=tokenizer, **env_kwargs)
 

@@ -15,9 +15,12 @@ from lmgym.cli.options import (
     add_model_flags,
     add_tools_flag,
     check_inputs,
+    close_within,
     failure_line,
+    make_env,
     parse_kwargs,
     table,
+    with_tools,
 )
 from lmgym.cli.session import check_chat_template, make_agent, make_envs, quiet_transformers, set_threads
 
@@ -70,11 +73,15 @@ def evaluate_model(args: argparse.Namespace) -> None:
     quiet_transformers()
     from lmgym.agents.models import read_manifest
 
-    manifest = read_manifest(args.model)  # how the model was trained: its chat template, system message, tools
+    try:
+        manifest = read_manifest(args.model)  # how the model was trained: its chat template, system message, tools
+    except ValueError as e:
+        raise UsageError(f"--model: {e}") from e
     args.chat_template = args.chat_template or bool(manifest.get("chat_template"))
     args.system = args.system if args.system is not None else manifest.get("system")
     args.tools = args.tools or manifest.get("tools")  # the tools it was trained with
     env_kwargs = {**manifest.get("env_kwargs", {}), **parse_kwargs(args.env_arg)}  # --env-arg overrides
+    close_within(with_tools(make_env(args.env_id, **env_kwargs), args.tools))  # the manifest's, checked as flags are
     agent = make_agent(args, PPOConfig(seed=args.seed), env_kwargs)
     check_chat_template(args, agent.tokenizer)
     envs = make_envs(args, min(args.num_envs, args.episodes), agent.tokenizer, env_kwargs)

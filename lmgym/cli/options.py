@@ -32,18 +32,22 @@ class Interrupted(RunError):
     said = "interrupted"
 
 
-def failure_line(error: BaseException, log: Any) -> str:
+def failure_line(error: BaseException, log: Any, more: str = "") -> str:
     """One line for a failure whose traceback is written to ``log`` (a path): an ``EnvError``'s
-    own message (it names its env), else the error's type and first line."""
+    own message (it names its env), else the error's type and first line; ``more`` is added in the
+    parentheses that say where the traceback is."""
     import traceback
 
     from lmgym.core import EnvError
     from lmgym.storage import write_aside
 
-    write_aside(log, "".join(traceback.format_exception(error)))
     said = str(error).strip().splitlines()[0][:400] if str(error).strip() else ""
     line = said if isinstance(error, EnvError) else f"{type(error).__name__}{f': {said}' if said else ''}"
-    return f"{line} (traceback in {log})"
+    try:
+        write_aside(log, "".join(traceback.format_exception(error)))
+    except OSError as e:  # a full disk, say
+        return f"{line} (its traceback could not be written to {log}: {e.strerror or e}{more})"
+    return f"{line} (traceback in {log}{more})"
 
 
 def import_env_module(env_id: str) -> tuple[str, str | None]:

@@ -45,14 +45,16 @@ def claim_run_dir(args: argparse.Namespace) -> IO[str]:
         lock.close()
         raise UsageError(f"another lmgym train is writing to {str(out)!r}: wait for it, or use another --out") from e
     existing = [name for name in RUN_FILES if (out / name).exists() or (out / name).is_symlink()]
-    outside = [name for name in existing if (out / name).is_symlink() and not inside(out / name, out)]
-    if outside and not (args.overwrite and args.resume is None):  # --overwrite removes the link itself
+    links = [name for name in existing if (out / name).is_symlink()]
+    if links and not (args.overwrite and args.resume is None):  # --overwrite removes the link itself
         lock.close()
-        name = outside[0]
-        raise UsageError(
-            f"--out {str(out)!r}: {name} is a link to {os.readlink(out / name)!r}, outside the run dir: "
-            "refused (a run writes only inside its run dir)"
+        name = links[0]
+        why = (
+            "inside the run dir: refused (a resumed run reads its own files, not links)"
+            if inside(out / name, out)
+            else "outside the run dir: refused (a run writes only inside its run dir)"
         )
+        raise UsageError(f"--out {str(out)!r}: {name} is a link to {os.readlink(out / name)!r}, {why}")
     if existing and args.resume is None:
         if not args.overwrite:
             lock.close()
@@ -66,8 +68,11 @@ def claim_run_dir(args: argparse.Namespace) -> IO[str]:
 
 
 def inside(path: Path, directory: Path) -> bool:
-    """Whether ``path``, links resolved, is ``directory`` or below it."""
-    return path.resolve().is_relative_to(directory.resolve())
+    """Whether ``path``, links resolved, is ``directory`` or below it (a loop of links is not)."""
+    try:
+        return path.resolve().is_relative_to(directory.resolve())
+    except (OSError, RuntimeError):  # a loop of links
+        return False
 
 
 __all__ = ["RUN_FILES", "claim_run_dir"]

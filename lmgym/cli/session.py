@@ -131,12 +131,27 @@ def pretrained_recipe(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> A
     return recipe
 
 
+CHECKED_TEMPLATES: set[str] = set()
+"""Chat templates this process rendered in the sandbox without a problem (``template_problem``)."""
+
+
 def check_chat_template(args: argparse.Namespace, tokenizer: Any) -> None:
+    """``--chat-template``: the tokenizer has one, and it renders (once per process, in a sandbox:
+    a model directory's template is code lmgym did not write)."""
     from lmgym.tokenizers import HFTokenizer
+    from lmgym.wrappers.chat_template import template_problem
 
     hf = tokenizer.hf if isinstance(tokenizer, HFTokenizer) else None
-    if args.chat_template and not getattr(hf, "chat_template", None):
+    if not args.chat_template:
+        return
+    template = getattr(hf, "chat_template", None)
+    if not template:
         raise UsageError(f"--chat-template: the tokenizer of {args.model or 'the default model'} has no chat template")
+    if template not in CHECKED_TEMPLATES:
+        problem = template_problem(hf)
+        if problem:
+            raise UsageError(f"--chat-template: the chat template of {args.model}: {problem}")
+        CHECKED_TEMPLATES.add(template)
 
 
 def env_maker(args: argparse.Namespace, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:

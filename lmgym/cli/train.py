@@ -209,7 +209,7 @@ def run_failure(agent: Any, envs: Any, out: Path, error: BaseException) -> str:
             resume = f"; update {agent.num_updates} is checkpointed: fix it, then --resume {out}"
         except Exception as e:  # noqa: BLE001 (a full disk, say: the last good checkpoint stays)
             resume = f"; checkpointing update {agent.num_updates} failed too ({type(e).__name__}: {str(e)[:100]})"
-    return failure_line(error, out / "error.log").removesuffix(")") + f"{resume})"
+    return failure_line(error, out / "error.log", resume)
 
 
 def write_outputs(

@@ -43,7 +43,29 @@ SYMPY_TASKS = frozenset(
 """reasoning-gym tasks whose ``score_answer`` calls sympy's ``parse_expr`` on the answer."""
 
 MATH_FUNCTIONS = frozenset(
-    "sin cos tan cot sec csc asin acos atan acot sinh cosh tanh asinh acosh atanh exp log ln sqrt Abs".split()
+    [
+        "sin",
+        "cos",
+        "tan",
+        "cot",
+        "sec",
+        "csc",
+        "asin",
+        "acos",
+        "atan",
+        "acot",
+        "sinh",
+        "cosh",
+        "tanh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "exp",
+        "log",
+        "ln",
+        "sqrt",
+        "Abs",
+    ]
 )
 """Functions a math answer may call."""
 MAX_EXPONENT = 1000

@@ -24,9 +24,10 @@ NEEDS = {
     "terminal:": "Docker, to run its terminal",
 }
 """What GEM envs outside the games need at run time, by id prefix (this machine has neither)."""
+PARSES = "grades answers with sympy's parse_expr, which runs the model's text as Python in this process"
 RUNS_ANSWERS = {
-    "gem.envs.math_env": "grades answers with sympy's parse_expr, which runs the model's text as Python in this process",
-    "gem.envs.math_visual_env": "grades answers with sympy's parse_expr, which runs the model's text as Python here",
+    "gem.envs.math_env": PARSES,
+    "gem.envs.math_visual_env": PARSES,
     "gem.envs.code_env": "runs the model's code with GEM's own runner (unsandboxed by default), not lmgym's sandbox",
 }
 """GEM env modules lmgym refuses to make, and why (reasoning-gym's math tasks are scored safely in

@@ -32,7 +32,6 @@ import gymnasium as gym
 from lmgym.core import EnvError
 from lmgym.vector.concurrent import ConcurrentVectorEnv
 
-
 LOCAL_OBJECT_STORE = 256 * 2**20
 """Bytes of object store a local Ray started by lmgym gets: env steps move text, not tensors."""
 
@@ -155,9 +154,7 @@ class ActorGroup:
         ``START_TIMEOUT`` seconds (the cluster lacks what it asks for: the vector env would wait
         for ever, since all its actors must run at once)."""
         ray = require_ray()
-        from ray.exceptions import GetTimeoutError
-
-        from ray.exceptions import RayActorError
+        from ray.exceptions import GetTimeoutError, RayActorError
 
         actor = ray.remote(EnvHost).options(**self.options).remote(self.fns)
         try:

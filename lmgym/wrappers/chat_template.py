@@ -12,6 +12,42 @@ from lmgym.tokenizers import HFTokenizer, is_hf_tokenizer
 
 MARK = "\ue000lmgym-assistant-turn\ue000"  # a private-use placeholder for the model's turn
 
+PROBE = """
+import json
+from transformers.utils.chat_template_utils import render_jinja_template
+template, special, conversations = json.loads({payload!r})
+for messages, prompt in conversations:
+    render_jinja_template([messages], chat_template=template, add_generation_prompt=prompt, **special)
+"""
+
+
+def template_problem(tokenizer: Any, seconds: float = 30.0, memory_mb: int = 1024) -> str | None:
+    """Why an HF tokenizer's chat template cannot be used (``None`` when it can): rendered once,
+    on the conversations ``ChatTemplate`` renders, in the Python tool's sandbox (a subprocess with
+    time and memory limits), it did not finish within ``seconds`` (a loop that never ends), went
+    past ``memory_mb`` (``{{ 'x' * 5000000000 }}``) or raised (an include, ``raise_exception``).
+    A template is code: one written to behave otherwise on other text is not caught; review a
+    template you did not write. ``lmgym train`` and ``lmgym eval`` check a model's this way."""
+    import json
+
+    from lmgym.tools.python import PythonTool
+
+    hf = tokenizer.hf if isinstance(tokenizer, HFTokenizer) else tokenizer
+    template = getattr(hf, "chat_template", None)
+    if not isinstance(template, str):
+        return "it has no chat template (or several, by name)"
+    turns = [{"role": "user", "content": "x"}, {"role": "assistant", "content": MARK}, {"role": "user", "content": "y"}]
+    system = [{"role": "system", "content": "s"}]
+    conversations = [(turns[:2], False), (turns, True), (system + turns, True), (turns[:1], True)]
+    payload = json.dumps([template, dict(hf.special_tokens_map), conversations])
+    result = PythonTool(timeout=seconds, memory_mb=memory_mb, pool_size=0).run(PROBE.format(payload=payload))
+    if result.timed_out:
+        return f"it did not render a short conversation within {seconds:g} s"
+    if result.returncode != 0 or result.error:
+        said = [line for line in result.stderr.strip().splitlines() if line.strip()]
+        return f"rendering it failed ({said[-1][:200] if said else result.error or result.returncode})"
+    return None
+
 
 class ChatTemplate(gym.Wrapper):
     """Wraps the env's text in the chat template of an HF tokenizer, so a chat model sees the
@@ -44,6 +80,7 @@ class ChatTemplate(gym.Wrapper):
             raise ValueError("ChatTemplate needs an HF tokenizer with a chat_template")
         self.system = system
         self.messages: list[dict[str, str]] = []
+        self.partial = ""  # the model's turn so far, while ToolUse continues it (info["continued"])
         rendered = self._render([{"role": "user", "content": "x"}, {"role": "assistant", "content": MARK}])
         suffix = rendered[rendered.index(MARK) + len(MARK) :]
         special = sorted((t for t in self.hf.all_special_tokens if suffix.lstrip().startswith(t)), key=len)
@@ -68,7 +105,7 @@ class ChatTemplate(gym.Wrapper):
 
     def reset(self, **kwargs: Any) -> tuple[str, dict[str, Any]]:
         prompt, info = self.env.reset(**kwargs)
-        self.messages = [{"role": "user", "content": prompt}]
+        self.messages, self.partial = [{"role": "user", "content": prompt}], ""
         return self._render(self.messages, generation_prompt=True), info
 
     def step(self, action: Any) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -77,6 +114,10 @@ class ChatTemplate(gym.Wrapper):
         ids = [int(i) for i in action]
         ended_turn = bool(ids) and self.hf.decode(ids[-1:], skip_special_tokens=False) == self.end_of_turn
         obs, reward, terminated, truncated, info = self.env.step(action)
+        if info.get("continued") and not (terminated or truncated):  # the same turn goes on: nothing rendered
+            self.partial += text
+            return obs, float(reward), terminated, truncated, info
+        text, self.partial = self.partial + text, ""
         if terminated:  # nothing follows; a truncated episode's last text is rendered (the bootstrap state)
             return obs, float(reward), terminated, truncated, info
         role = self.tool_role if self.tool_role and "tool" in info else "user"

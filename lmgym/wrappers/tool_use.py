@@ -40,6 +40,11 @@ class ToolUse(gym.Wrapper):
     With ``instructions=True`` each prompt ends with a line that says how to call the tools
     (each tool's ``description``), for an env whose own prompt does not (a task library's).
 
+    While a tool's tag is open, the inner env's stop strings do not end the model's turn: an
+    action that ends on one of them (TextArena's ``]``, GEM's ``}``) inside ``<python>...`` is
+    continued: the observation is empty, reward 0, ``info["continued"]``, and the next action
+    carries on the same call (each continuation is a step, counted by the turn limit).
+
     Args:
         env: an lmgym env (anything with ``tokenizer``, ``stop_strings`` and ``oracle``).
         tools: a mapping of tag name to tool, or tools that have a ``name`` attribute.
@@ -77,6 +82,7 @@ class ToolUse(gym.Wrapper):
         self._call = re.compile(rf"<({names})>(.*?)</\1>", re.DOTALL)
         self._open = re.compile(rf"<({names})>")
         self.tool_calls = 0
+        self.pending = ""  # a tool call the inner env's stop string cut: the next action continues it
         self.instructions = self.describe() if instructions else ""
         inner = getattr(env.observation_space, "max_length", None)
         if self.instructions and inner is not None:
@@ -102,7 +108,7 @@ class ToolUse(gym.Wrapper):
         return inner + tuple(t for t in tags if t not in inner)
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        self.tool_calls = 0
+        self.tool_calls, self.pending = 0, ""
         obs, info = self.env.reset(**kwargs)
         return obs.rstrip("\n") + self.instructions if self.instructions else obs, info
 
@@ -116,7 +122,8 @@ class ToolUse(gym.Wrapper):
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         tokenizer = self.env.get_wrapper_attr("tokenizer")
-        text = decode_action(tokenizer, action)
+        action_text = decode_action(tokenizer, action)
+        text, self.pending = self.pending + action_text, ""
         call = self.find_call(text)
         if call is None:
             obs, reward, terminated, truncated, inner_info = self.env.step(action)
@@ -125,6 +132,12 @@ class ToolUse(gym.Wrapper):
             self.env.unwrapped.check_can_step()
             decode_action(tokenizer, action, self.env.get_wrapper_attr("max_action_tokens"))
         name, tool_input = call
+        inner_stops = tuple(s for s in self.env.get_wrapper_attr("stop_strings") if s)
+        if tool_input is None and inner_stops and text.endswith(inner_stops):  # the tag is open: not a turn's end
+            self.pending = text
+            if hasattr(self.env.unwrapped, "record"):
+                self.env.unwrapped.record(action_text, "")
+            return "", 0.0, False, False, {"tool": name, "continued": True}
         info: dict[str, Any] = {"tool": name, "tool_input": tool_input}
         if tool_input is None:
             info["tool_output"] = f"error: <{name}> is not closed with </{name}>"
@@ -134,7 +147,7 @@ class ToolUse(gym.Wrapper):
         room = getattr(self.observation_space, "max_length", 4096) - len("<result></result>")
         obs = f"<result>{fit_text(info['tool_output'], room)}</result>"
         if hasattr(self.env.unwrapped, "record"):
-            self.env.unwrapped.record(text, obs)
+            self.env.unwrapped.record(action_text, obs)
         return obs, 0.0, False, False, info
 
     def call_tool(self, name: str, tool_input: str) -> dict[str, Any]:
