@@ -271,7 +271,7 @@ def test_fsdp2_over_two_processes_gives_one_process_weights(tmp_path):
     for name, launcher in [("one", []), ("two", ["-m", "torch.distributed.run", "--nproc_per_node", "2"])]:
         (tmp_path / name).mkdir()
         cmd = [sys.executable, *launcher, script, str(tmp_path / name)]
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, env=env)
         assert result.returncode == 0, result.stderr[-3000:]
         runs[name] = torch.load(tmp_path / name / "weights.pt")
     one, two = runs["one"], runs["two"]
@@ -400,7 +400,7 @@ def test_two_process_accelerate_launch_keeps_ranks_in_sync(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1500,
         env={**os.environ, "ACCELERATE_USE_CPU": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -9,7 +9,7 @@ import pytest
 from lmgym.compat import LibraryError, code_answers, installed
 
 pytestmark = [
-    pytest.mark.timeout(300),
+    pytest.mark.timeout(900),
     pytest.mark.skipif(not installed("reasoning_gym"), reason="pip install 'lmgym[reasoning-gym]'"),
 ]
 CODE_TASKS = sorted(code_answers.LITERAL_TASKS | code_answers.SYMPY_TASKS)

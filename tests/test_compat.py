@@ -15,7 +15,7 @@ from helpers import tiny_model
 from lmgym import ByteTokenizer  # (and registers the ids)
 from lmgym.compat import LibraryError, installed
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(900)
 needs_rg = pytest.mark.skipif(not installed("reasoning_gym"), reason="pip install 'lmgym[reasoning-gym]'")
 needs_ta = pytest.mark.skipif(not installed("textarena"), reason="pip install 'lmgym[textarena]'")
 needs_gem = pytest.mark.skipif(not installed("gem"), reason="pip install 'lmgym[gem]'")
@@ -200,7 +200,7 @@ def lmgym(*args, env=None):
         [sys.executable, "-m", "lmgym.cli", *args],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=1500,
         env={**os.environ, **(env or {})},
     )
 

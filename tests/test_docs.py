@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def blocks(language):
@@ -36,7 +36,7 @@ def test_python_block_runs(page, code, chat_model, tmp_path):
     prelude = f"PATH = {str(chat_model)!r}\n" if re.search(r"\bPATH\b", code) else ""
     env = {"LMGYM_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     result = subprocess.run(
-        [sys.executable, "-c", prelude + code], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env
+        [sys.executable, "-c", prelude + code], cwd=tmp_path, capture_output=True, text=True, timeout=1500, env=env
     )
     assert result.returncode == 0, result.stderr[-3000:]
 

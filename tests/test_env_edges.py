@@ -16,7 +16,7 @@ from lmgym.envs.prompt import PipelineEnv, PromptEnv
 from lmgym.tokenizers import hub_reachable
 from lmgym.wrappers import ToolUse
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(600)
 
 
 def encode(env, text):

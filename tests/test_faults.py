@@ -20,7 +20,7 @@ from lmgym.core import EnvError
 from lmgym.tokenizers import ByteTokenizer
 from lmgym.vector import ConcurrentVectorEnv
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(900)
 
 ROLLOUTS = ["sync", "concurrent", "overlapped"]
 
@@ -171,7 +171,7 @@ def test_step_timeout_is_a_flag_and_a_config_field():
 def run_cli(*args):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(
-        [sys.executable, "-m", "lmgym.cli", *args], capture_output=True, text=True, timeout=600, env=env
+        [sys.executable, "-m", "lmgym.cli", *args], capture_output=True, text=True, timeout=1500, env=env
     )
 
 

@@ -13,7 +13,7 @@ from lmgym import core
 from lmgym.core import EnvError
 from lmgym.vector import ConcurrentVectorEnv, Guarded
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.mark.parametrize("rollout", ROLLOUTS)

@@ -18,7 +18,7 @@ from lmgym.core import EnvError
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray: pip install 'lmgym[ray]'"),
-    pytest.mark.timeout(600),
+    pytest.mark.timeout(1800),
 ]
 SMALL_STORE = 80 * 2**20  # bytes: Ray's object store, kept small on a small machine
 

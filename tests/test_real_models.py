@@ -18,7 +18,7 @@ import lmgym
 from lmgym.agents import PPOAgent, PPOConfig
 from lmgym.wrappers import ChatTemplate
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 peft = pytest.importorskip("peft")
 
 
@@ -28,7 +28,7 @@ def family(request, tmp_path_factory):
 
 
 def lmgym_cli(*args):
-    return subprocess.run([sys.executable, "-m", "lmgym.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "lmgym.cli", *args], capture_output=True, text=True, timeout=1500)
 
 
 def agent_for(path, **config):

@@ -133,7 +133,7 @@ def chromium():
     return None
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(600)
 def test_the_report_renders_in_a_real_browser(run_dir):
     """Also makes the README's screenshot: LMGYM_REPORT_RUN=runs/train LMGYM_TEST_ARTIFACTS=docs
     python -m pytest tests/test_report.py -k browser (a real `lmgym train` run instead of the tiny one)."""

@@ -17,7 +17,7 @@ from lmgym.agents.rollout import RolloutCollector
 from lmgym.tokenizers import ByteTokenizer
 from lmgym.vector import ConcurrentVectorEnv
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(900)
 
 
 def slow_step(k):

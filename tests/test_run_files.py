@@ -19,7 +19,7 @@ from lmgym.cli.rundir import claim_run_dir
 from lmgym.report import MAX_EPISODES, ReportServer, build_report
 from lmgym.storage import write_aside
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(1800)
 
 
 def outside_file(tmp_path, name):

@@ -14,11 +14,11 @@ from lmgym import ByteTokenizer
 from lmgym.cli import UsageError, main
 from lmgym.report import build_report
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(600)
 
 
 def lmgym(*args):
-    return subprocess.run([sys.executable, "-m", "lmgym.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "lmgym.cli", *args], capture_output=True, text=True, timeout=600)
 
 
 def one_line(result, message):

@@ -16,7 +16,7 @@ import lmgym
 from lmgym.tools.cgroup import CallGroup
 from lmgym.tools.python import PythonTool, bwrap_problem
 
-pytestmark = pytest.mark.timeout(60)  # a regression fails instead of hanging
+pytestmark = pytest.mark.timeout(300)  # a regression fails instead of hanging
 
 
 @pytest.fixture(params=["bwrap", "rlimits", "bwrap+pool", "rlimits+pool"])
@@ -252,7 +252,7 @@ def test_code_is_written_as_utf8_whatever_the_locale(tmp_path):
         "from lmgym.tools.python import PythonTool\nprint(PythonTool(timeout=5).run(\"print('na\\u00efve')\").text)"
     )
     env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": "utf-8"}
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.strip() == "naïve", out.stderr
 
 

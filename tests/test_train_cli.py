@@ -10,7 +10,7 @@ import pytest
 from helpers import tiny_model
 
 
-def lmgym(*args, env=None, timeout=600):
+def lmgym(*args, env=None, timeout=1500):
     return subprocess.run(
         [sys.executable, "-m", "lmgym.cli", *args],
         capture_output=True,

@@ -16,10 +16,10 @@ from helpers import build_chat_model, tiny_model
 from lmgym.agents import checkpoints
 from lmgym.storage import DataError, load_data, load_json
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(900)
 
 
-def lmgym(*args, stdin=None, timeout=240):
+def lmgym(*args, stdin=None, timeout=1500):
     env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__)}
     return subprocess.run(
         [sys.executable, "-m", "lmgym.cli", *args],

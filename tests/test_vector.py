@@ -13,7 +13,7 @@ from lmgym.envs.echo import EchoEnv
 from lmgym.vector import ConcurrentVectorEnv
 from lmgym.wrappers import ToolUse
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(900)
 
 
 def rollout(vec_class, env_id, mode, steps=6, **kwargs):

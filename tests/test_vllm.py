@@ -209,7 +209,7 @@ def test_lmgym_train_with_vllm_runs_two_updates(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1500,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "vLLM" in result.stderr and "engine started" in result.stderr
