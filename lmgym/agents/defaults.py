@@ -40,6 +40,11 @@ PRETRAINED_CONFIG: dict[str, Any] = {
 """PPOConfig overrides for a pretrained model (``lmgym train --model``), with LoRA."""
 PRETRAINED_LORA: dict[str, Any] = {"r": 16}
 PRETRAINED_WARMSTART_STEPS = 30
+PRETRAINED_MINUTES = 20
+"""Minutes of training (updates and their evaluations) ``lmgym train --model`` sizes its episode
+budget to when ``--episodes`` is not given (from the first update's time on this machine): the
+README's real-model command then ends within about 45 minutes on a 2-core machine, the warm
+start and the two full evaluations included."""
 
 
 @dataclass
@@ -55,6 +60,8 @@ class Recipe:
     max_episode_steps: int | None = None
     """Turns an episode may take, sized from the task (``None``: the env's registered limit):
     a model that keeps calling a tool stops there instead of filling the context."""
+    episodes: int | None = None
+    """Training episodes (``None``: as many as fit ``PRETRAINED_MINUTES`` here, sized from the first update)."""
 
     def describe(self) -> str:
         c, lora = self.config, self.config.get("peft_config")
@@ -68,6 +75,9 @@ class Recipe:
                 f"{c['n_epochs']} epoch{'s' if c['n_epochs'] != 1 else ''}",
                 f"max_action_tokens {self.max_action_tokens}" if self.max_action_tokens else "the env's budget",
                 f"max_episode_steps {self.max_episode_steps}" if self.max_episode_steps else "the env's turn limit",
+                f"{self.episodes} episodes"
+                if self.episodes
+                else f"episodes: what fits about {PRETRAINED_MINUTES} min here, sized from the first update",
             ]
         )
 
@@ -156,6 +166,7 @@ def default_agent(
 __all__ = [
     "PRETRAINED_CONFIG",
     "PRETRAINED_LORA",
+    "PRETRAINED_MINUTES",
     "PRETRAINED_WARMSTART_STEPS",
     "TINY_MODEL_CONFIG",
     "Recipe",

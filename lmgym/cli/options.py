@@ -205,6 +205,8 @@ def check_inputs(args: argparse.Namespace) -> None:
         value = getattr(args, flag, None)
         if value is not None and not least <= value < float("inf"):
             raise UsageError(f"--{flag.replace('_', '-')} must be at least {least}, got {value}")
+    if getattr(args, "stop_at_success", None) is not None and not 0 <= args.stop_at_success <= 1:
+        raise UsageError(f"--stop-at-success must be a success rate in [0, 1], got {args.stop_at_success}")
     if getattr(args, "warmstart_steps", None) is not None and args.warmstart_steps < 0:
         raise UsageError(f"--warmstart-steps must be at least 0, got {args.warmstart_steps}")
     kwargs = getattr(args, "generation_kwargs", None)

@@ -9,11 +9,13 @@ evaluate before, learn, evaluate after, write the outputs.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from pathlib import Path
 from typing import Any
 
+from lmgym.agents.defaults import PRETRAINED_MINUTES
 from lmgym.cli.options import (
     Interrupted,
     RunError,
@@ -41,13 +43,27 @@ from lmgym.cli.session import (
 from lmgym.storage import write_aside
 
 DEFAULT_ENV = "lmgym/Calculator-v0"
+DEFAULT_EPISODES = 4096
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("train", help="train a model with PPO on an env")
     p.add_argument("env_id", nargs="?", default=DEFAULT_ENV)
     p.add_argument("--model", default=None, help="HF model name or local path (default: the embedded tiny model)")
-    p.add_argument("--episodes", type=int, default=4096, help="training episodes (default: 4096)")
+    p.add_argument(
+        "--episodes",
+        type=int,
+        default=None,
+        help=f"training episodes (default: {DEFAULT_EPISODES}; with --model, as many as fit about {PRETRAINED_MINUTES} "
+        "minutes of training on this machine, sized from the first update)",
+    )
+    p.add_argument(
+        "--stop-at-success",
+        type=float,
+        default=None,
+        metavar="P",
+        help="stop once held-out greedy success (checked every --eval-every updates, and before training) reaches P",
+    )
     p.add_argument("--num-envs", type=int, default=32, help="envs played in parallel (default: 32)")
     p.add_argument("--out", default="runs/train", help="output directory (default: runs/train)")
     p.add_argument("--eval-episodes", type=int, default=200, help="held-out episodes for before/after")
@@ -134,8 +150,16 @@ def run(args: argparse.Namespace, built: dict[str, Any], started: float) -> None
     k = config.group_size or 1
     envs = built["envs"] = make_envs(args, max(k, args.num_envs // k * k), agent.tokenizer, env_kwargs)
     eval_envs = make_envs(args, min(50, args.eval_episodes), agent.tokenizer, env_kwargs)
+    if args.resume is not None:
+        resume(agent, args.resume, envs)
+    if args.episodes is None and args.model is None:
+        args.episodes = DEFAULT_EPISODES
     before = evaluate_before(args, agent, eval_envs, Path(args.out))
-    after = learn(args, agent, envs, eval_envs, Path(args.out))
+    if args.stop_at_success is not None and before[0]["success"] >= args.stop_at_success:
+        print(f"held-out greedy success {before[0]['success']:.1%} is at --stop-at-success already: no training")
+        after = before
+    else:
+        after = learn(args, agent, envs, eval_envs, Path(args.out))
     write_outputs(args, agent, env_kwargs, before, after)
     report(args, agent, before[0], after[0], time.perf_counter() - started)
 
@@ -157,9 +181,19 @@ def run_config(args: argparse.Namespace, recipe: Any = None) -> Any:
     except (TypeError, ValueError) as e:
         raise UsageError(str(e)) from e
     if recipe is not None:
-        recipe.config = config.flat()
+        recipe.config, recipe.episodes = config.flat(), args.episodes
         print(f"recipe for a pretrained model: {recipe.describe()} (each of them a flag)")
     return config
+
+
+def resume(agent: Any, checkpoint: str, envs: Any) -> None:
+    from lmgym.agents.checkpoints import CheckpointError
+
+    try:
+        resumed = agent.load_training_state(checkpoint, envs)
+    except CheckpointError as e:
+        raise UsageError(f"--resume: {e}") from e
+    print(f"resumed from {resumed} (update {agent.num_updates}, {agent.num_episodes} episodes)")
 
 
 def evaluate_before(args: argparse.Namespace, agent: Any, eval_envs: Any, out: Path) -> tuple[dict[str, Any], Any]:
@@ -178,24 +212,73 @@ def evaluate_before(args: argparse.Namespace, agent: Any, eval_envs: Any, out: P
 
 
 def learn(args: argparse.Namespace, agent: Any, envs: Any, eval_envs: Any, out: Path) -> tuple[dict[str, Any], Any]:
-    """PPO for ``--episodes``, evaluated every ``--eval-every`` updates; the final evaluation."""
+    """PPO for ``--episodes`` (``None``: as many as fit ``PRETRAINED_MINUTES`` here, sized from the first
+    update), evaluated every ``--eval-every`` updates, ending early at ``--stop-at-success``; the
+    final evaluation. The first update is timed, and the run's time estimated from it."""
     from lmgym.agents.callbacks import Evaluator
-    from lmgym.agents.checkpoints import CheckpointError
     from lmgym.agents.evaluation import evaluate
 
-    evaluator = Evaluator(eval_envs, min(100, args.eval_episodes), args.eval_every, args.eval_episodes, args.episodes)
-    try:
-        agent.learn(
-            envs,
-            total_episodes=args.episodes,
-            callbacks=[evaluator],
-            log_dir=out,
-            checkpoint_dir=out / "checkpoints",
-            resume_from=args.resume,
-        )
-    except CheckpointError as e:
-        raise UsageError(f"--resume: {e}") from e
+    target = args.episodes
+    evaluator = Evaluator(eval_envs, min(100, args.eval_episodes), args.eval_every, args.eval_episodes, target)
+    stop = StopAtSuccess(args.stop_at_success)
+    timer = FirstUpdate()
+    run = functools.partial(agent.learn, envs, log_dir=out, checkpoint_dir=out / "checkpoints")
+    first = agent.num_episodes + agent.config.episodes_per_update
+    run(total_episodes=first if target is None else min(first, target), callbacks=[evaluator, stop, timer])
+    if target is None:
+        target = budget_episodes(agent, timer.seconds, PRETRAINED_MINUTES * 60, args.eval_every)
+        evaluator.total_episodes = target
+        print(f"episode budget: {target} ({describe_budget(agent, target, timer.seconds)}; --episodes N to choose)")
+    elif agent.num_episodes < target:
+        print(f"update {agent.num_updates} took {timer.seconds:.0f} s: {describe_budget(agent, target, timer.seconds)}")
+    if agent.num_episodes < target and not stop.stopped:
+        run(total_episodes=target, callbacks=[evaluator, stop])
     return evaluator.final or evaluate(agent, eval_envs, args.eval_episodes)
+
+
+class FirstUpdate:
+    """``on_update`` callback: the seconds the first update of a ``learn`` call took (collect and update)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def on_update(self, agent: Any, metrics: dict[str, float]) -> None:
+        if not self.seconds:
+            self.seconds = float(metrics.get("time/collect", 0.0) + metrics.get("time/update", 0.0))
+
+
+class StopAtSuccess:
+    """``on_update`` callback: stops training once a held-out greedy evaluation (``--eval-every``)
+    reaches ``threshold`` (SB3's ``StopTrainingOnRewardThreshold``, on success)."""
+
+    def __init__(self, threshold: float | None):
+        self.threshold, self.stopped = threshold, False
+
+    def on_update(self, agent: Any, metrics: dict[str, float]) -> bool | None:
+        success = metrics.get("eval/success")
+        if self.threshold is None or success is None or success < self.threshold:
+            return None
+        print(f"held-out greedy success {success:.1%} reached --stop-at-success {self.threshold:g}: stopping")
+        self.stopped = True
+        return False
+
+
+def budget_episodes(agent: Any, update_seconds: float, seconds: float, eval_every: int) -> int:
+    """Episodes that fit ``seconds`` of training at ``update_seconds`` an update, whole updates, at
+    least 2 and at most ``DEFAULT_EPISODES`` (an evaluation every ``eval_every`` updates costs
+    about a third of an update)."""
+    per_update = update_seconds * (1 + (1 / 3 if eval_every else 0) / max(1, eval_every))
+    updates = max(2, min(int(seconds // max(per_update, 1e-9)), DEFAULT_EPISODES // agent.config.episodes_per_update))
+    return updates * agent.config.episodes_per_update
+
+
+def describe_budget(agent: Any, target: int, update_seconds: float) -> str:
+    left = -(-(target - agent.num_episodes) // agent.config.episodes_per_update)
+    finish = time.strftime("%H:%M", time.localtime(time.time() + left * update_seconds))
+    minutes = left * update_seconds / 60
+    return (
+        f"{left} more updates of {agent.config.episodes_per_update} take about {minutes:.0f} min (done about {finish})"
+    )
 
 
 def run_failure(agent: Any, envs: Any, out: Path, error: BaseException) -> str:
