@@ -1,4 +1,5 @@
-"""The classic step-wise loop (TRL <= 0.11 style): you generate, you score, ``agent.step`` trains.
+"""The classic step-wise loop (TRL <= 0.11 style): you generate (through the agent's engine), you
+score, ``agent.step`` trains (and syncs the engine to the new weights).
 
 A tool result inside a response is masked (mask 0): it is context for the model, not trained,
 and GAE carries the value across it.
@@ -20,9 +21,9 @@ if __name__ == "__main__":
         queries, responses, masks, rewards = [], [], [], []
         for a, b in [(3, 4), (12, 5), (7, 8), (9, 9)]:
             query = tok.encode(f"What is {a} * {b}?\n")
-            call = agent.generate([query], ["</calc>"], max_new_tokens=12)[0]
+            call = agent.engine.generate([query], ["</calc>"], max_new_tokens=12)[0]
             result = tok.encode(f"<result>{calculator(f'{a}*{b}')}</result>")
-            answer = agent.generate([query + call + result], ["</answer>"], max_new_tokens=12)[0]
+            answer = agent.engine.generate([query + call + result], ["</answer>"], max_new_tokens=12)[0]
             reward = float(tok.decode(answer).strip() == f"<answer>{a * b}</answer>")
             queries.append(torch.tensor(query))
             responses.append(torch.tensor(call + result + answer))

@@ -68,7 +68,7 @@ def test_env_gap_is_zero_time_steps():
     out = make_agent(gamma=1.0, gae_lambda=0.5).compute_advantages(Trajectories([e]))
     # action steps: V = [0.1, 0.2, 0.4], r = [0, 0, 1], no steps for the env tokens.
     expected, _ = gae(torch.tensor([0.0, 0.0, 1.0]), torch.tensor([0.1, 0.2, 0.4]), 0.0, 1.0, 0.5)
-    adv = out["advantages"][0]
+    adv = out.advantages[0]
     assert adv[torch.tensor(mask)].tolist() == pytest.approx(expected.tolist())
     assert adv[~torch.tensor(mask)].abs().sum() == 0  # env tokens carry nothing
     # hand values: d = [0.1, 0.2, 0.6]; a2 = 0.6, a1 = 0.2 + 0.3 = 0.5, a0 = 0.1 + 0.25 = 0.35
@@ -78,7 +78,7 @@ def test_env_gap_is_zero_time_steps():
 def test_truncated_episode_bootstraps_with_last_value():
     mask = [False, True, False]
     e = scored_episode([0, 0.25, 0], [0.0], mask, turn_ends=[1], truncated=True, bootstrap=0.75)
-    adv = make_agent(gamma=1.0, gae_lambda=1.0).compute_advantages(Trajectories([e]))["advantages"][0]
+    adv = make_agent(gamma=1.0, gae_lambda=1.0).compute_advantages(Trajectories([e])).advantages[0]
     assert adv[1].item() == pytest.approx(0.5)
 
 
@@ -97,7 +97,7 @@ def test_group_advantage_on_every_action_token():
     mask = [False, True, True, False, True]
     e1 = scored_episode([0] * 5, [0.0, 1.0], mask, [2, 4], group=0)
     e2 = scored_episode([0] * 5, [0.0, 0.0], mask, [2, 4], group=0)
-    adv = make_agent(estimator="rloo", group_size=2).compute_advantages(Trajectories([e1, e2]))["advantages"]
+    adv = make_agent(estimator="rloo", group_size=2).compute_advantages(Trajectories([e1, e2])).advantages
     assert adv[0].tolist() == [0, 1, 1, 0, 1] and adv[1].tolist() == [0, -1, -1, 0, -1]
 
 

@@ -18,13 +18,26 @@ def byte_agent(seed=0, **config):
     return PPOAgent(model, tokenizer=ByteTokenizer(), config=PPOConfig(seed=seed, **config))
 
 
-class RecordingAgent(PPOAgent):
-    """Remembers every action it generated."""
+class RecordingEngine:
+    """Wraps the agent's engine and remembers every action it generated: the one door for how
+    tokens are sampled (what overriding ``PPOAgent.generate`` did in earlier releases)."""
 
-    def generate(self, contexts, stop_strings, max_new_tokens, **kwargs):
-        actions = super().generate(contexts, stop_strings, max_new_tokens, **kwargs)
-        self.generated = getattr(self, "generated", []) + actions
+    def __init__(self, engine):
+        self.engine, self.generated = engine, []
+
+    def __getattr__(self, name):  # exact, sync_weights, reset, close: the wrapped engine's
+        return getattr(self.engine, name)
+
+    def generate(self, contexts, stop_strings, max_new_tokens, keys=None, **kwargs):
+        actions = self.engine.generate(contexts, stop_strings, max_new_tokens, keys=keys, **kwargs)
+        self.generated += [list(a) for a in actions]
         return actions
+
+
+def recording_agent(config=None):
+    agent = PPOAgent(tiny_model(258, 256, n_layer=1, n_embd=32), tokenizer=ByteTokenizer(), config=config)
+    agent.engine = RecordingEngine(agent.engine)
+    return agent
 
 
 class TwoTurnEnv(LMEnv):
@@ -46,12 +59,13 @@ class TwoTurnEnv(LMEnv):
 
 
 def test_collect_stores_sampled_tokens_and_masks_env_text():
-    agent = RecordingAgent(tiny_model(258, 256, n_layer=1, n_embd=32), tokenizer=ByteTokenizer(), config=PPOConfig())
+    agent = recording_agent()
     batch = agent.collect(TwoTurnEnv(), num_episodes=3)
-    assert len(batch) == 3 and len(agent.generated) == 6
+    generated = agent.engine.generated
+    assert len(batch) == 3 and len(generated) == 6
     tok = ByteTokenizer()
     for i, e in enumerate(batch):
-        first, second = agent.generated[2 * i], agent.generated[2 * i + 1]
+        first, second = generated[2 * i], generated[2 * i + 1]
         expected = tok.encode("Q:") + first + tok.encode(" ok, again:") + second
         assert e.tokens.tolist() == expected
         mask = [False] * 2 + [True] * len(first) + [False] * 11 + [True] * len(second)
@@ -63,7 +77,7 @@ def test_collect_stores_sampled_tokens_and_masks_env_text():
 
 
 def test_logprobs_and_values_match_a_plain_forward_pass():
-    agent = byte_agent(generation_kwargs={"temperature": 0.7})
+    agent = byte_agent(rollout={"generation_kwargs": {"temperature": 0.7}})
     batch = agent.collect(gym.make("lmgym/Echo-v0"), num_episodes=4)
     model = agent.model
     for e in batch:
@@ -87,15 +101,11 @@ def test_stop_strings_end_turns_even_mid_token():
 
 
 def test_generation_stops_at_env_stop_strings():
-    agent = RecordingAgent(
-        tiny_model(258, 256, n_layer=1, n_embd=32),
-        tokenizer=ByteTokenizer(),
-        config=PPOConfig(generation_kwargs={"do_sample": False}),
-    )
-    out = agent.generate([ByteTokenizer().encode("What")], stop_strings=[], max_new_tokens=12)
+    agent = recording_agent(PPOConfig(rollout={"generation_kwargs": {"do_sample": False}}))
+    out = agent.engine.generate([ByteTokenizer().encode("What")], stop_strings=[], max_new_tokens=12)
     text = ByteTokenizer().decode(out[0])
     stop = text[1:3]  # a string greedy decoding is sure to produce
-    cut = agent.generate([ByteTokenizer().encode("What")], stop_strings=[stop], max_new_tokens=12)
+    cut = agent.engine.generate([ByteTokenizer().encode("What")], stop_strings=[stop], max_new_tokens=12)
     assert ByteTokenizer().decode(cut[0]).endswith(stop) and len(cut[0]) <= 3
 
 
@@ -194,7 +204,9 @@ def test_learns_echo(estimator):
 @pytest.mark.slow
 def test_the_overlapped_update_learns_from_batches_one_version_stale():
     tok = CharTokenizer()
-    config = PPOConfig(learning_rate=1e-3, seed=0, kl_coef=0.0, episodes_per_update=32, overlap_update=True)
+    config = PPOConfig(
+        learning_rate=1e-3, seed=0, kl_coef=0.0, episodes_per_update=32, rollout={"overlap_update": True}
+    )
     agent = PPOAgent(tiny_model(tok.vocab_size, tok.eos_token_id), tokenizer=tok, config=config)
     envs = gym.make_vec("lmgym/Echo-v0", num_envs=16, length=2, max_action_tokens=3, tokenizer=tok)
     seen = []
@@ -246,7 +258,9 @@ def test_rl_keeps_a_solved_task_solved_at_the_defaults():
     kwargs = {"length": 5, "alphabet_size": 8}
     warm = WarmStartConfig(steps=300, seed=0)
     fixed = PPOAgent.default("lmgym/Echo-v0", env_kwargs=kwargs, warmstart=warm, use_cache=False)
-    before_fix = PPOAgent(copy.deepcopy(fixed.model), fixed.tokenizer, config=PPOConfig(**fixed.config.flat()))
+    before_fix = PPOAgent(
+        copy.deepcopy(fixed.model), fixed.tokenizer, config=PPOConfig.from_dict(fixed.config.to_dict())
+    )
     before_fix.config.whiten_min_std = 1e-2
     before_fix.init_value_head = lambda batch: None
     envs = gym.make_vec("lmgym/Echo-v0", num_envs=32, tokenizer=fixed.tokenizer, **kwargs)

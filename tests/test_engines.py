@@ -29,7 +29,7 @@ def four_turn_env(num_envs=None):
 def agent_pair():
     model = tiny_model(258, 256, seed=3, n_layer=2, n_embd=32, n_positions=256)
     make = lambda reuse: PPOAgent(  # noqa: E731
-        copy.deepcopy(model), tokenizer=ByteTokenizer(), config=PPOConfig(seed=0, reuse_kv_cache=reuse)
+        copy.deepcopy(model), tokenizer=ByteTokenizer(), config=PPOConfig(seed=0, engine={"reuse_kv_cache": reuse})
     )
     return make(True), make(False)
 
@@ -114,7 +114,9 @@ def test_the_agent_uses_any_engine_through_the_interface():
     assert tok.decode(e.tokens[e.action_mask].tolist()) == "<answer>5</answer>"
     assert e.logprobs[e.action_mask].tolist() == [-0.5] * 3 and e.values[e.action_mask].tolist() == [0.25] * 3
     agent.update(batch)
-    assert engine.syncs == 1 and engine.resets >= 2  # weights pushed after the update; a reset per wave
+    assert engine.syncs == 0  # update is batch in, metrics out
+    agent.collect(env, num_episodes=2)
+    assert engine.syncs == 1 and engine.resets >= 2  # weights pushed before the next collect; a reset per wave
 
 
 def test_an_inexact_engine_gets_importance_weights():
@@ -140,7 +142,11 @@ def test_vllm_engine_fails_in_one_clear_line_without_vllm():
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here: the vLLM engine would start (tests/vllm/ test it)")
     with pytest.raises(RuntimeError, match="engine='vllm' needs vLLM: pip install vllm"):
-        PPOAgent(tiny_model(258, 256, n_layer=1, n_embd=16), tokenizer=ByteTokenizer(), config=PPOConfig(engine="vllm"))
+        PPOAgent(
+            tiny_model(258, 256, n_layer=1, n_embd=16),
+            tokenizer=ByteTokenizer(),
+            config=PPOConfig(engine={"name": "vllm"}),
+        )
     result = subprocess.run(
         [sys.executable, "-m", "lmgym.cli", "train", "--engine", "vllm", "--out", "/nonexistent/never"],
         capture_output=True,

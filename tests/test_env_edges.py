@@ -145,7 +145,9 @@ def test_the_agent_refuses_a_turn_budget_over_the_envs_bound():
     from lmgym.agents.warmstart import tiny_gpt2
 
     tokenizer = lmgym.ByteTokenizer()
-    agent = PPOAgent(tiny_gpt2(tokenizer, n_layer=1, n_embd=16), tokenizer, config=PPOConfig(max_new_tokens=100))
+    agent = PPOAgent(
+        tiny_gpt2(tokenizer, n_layer=1, n_embd=16), tokenizer, config=PPOConfig(rollout={"max_new_tokens": 100})
+    )
     with pytest.raises(ValueError, match="max_new_tokens=100 is more than the env's max_action_tokens=32"):
         agent.collect(gym.make("lmgym/Calculator-v0"), num_episodes=1)
 

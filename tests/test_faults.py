@@ -37,8 +37,10 @@ def vector(rollout, fault, seeds=(1,), num_envs=4, checker=True, **kwargs):
     return ConcurrentVectorEnv([make] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP, **kwargs)
 
 
-def collect(rollout, fault, num_episodes=8, seeds=(1,), checker=True, **config):
-    agent = agent_for(step_timeout=0.5, overlap_rollout=rollout == "overlapped", **config)
+def collect(rollout, fault, num_episodes=8, seeds=(1,), checker=True, settings=None, **config):
+    """``settings``: ``PPOConfig.rollout``'s, over the deadline of 0.5 s and the overlap ``rollout`` asks for."""
+    rollout_config = {"step_timeout": 0.5, "overlap": rollout == "overlapped", **(settings or {})}
+    agent = agent_for(rollout=rollout_config, **config)
     envs = vector(rollout, fault, seeds, checker=checker)
     try:
         return agent.collect(envs, num_episodes, seeds=list(range(num_episodes)), score=False)
@@ -97,27 +99,27 @@ def test_a_reset_past_its_deadline_is_retried_in_a_fresh_env(rollout):
 @pytest.mark.parametrize("rollout", ROLLOUTS)
 @pytest.mark.parametrize("fault", ["raise", "types", "reset_raise", "reset_hang"])
 def test_skip_drops_the_failed_episode_and_goes_on(rollout, fault):
-    batch = collect(rollout, fault, on_env_error="skip")
+    batch = collect(rollout, fault, settings={"on_env_error": "skip"})
     assert sorted(e.seed for e in batch) == [0, 2, 3, 4, 5, 6, 7]
     assert batch.faults["skipped"] == 1 and batch.stats()["env/skipped"] == 1.0
     assert all(e.terminated for e in batch)
 
 
 def test_skip_drops_a_whole_group():
-    batch = collect("concurrent", "raise", estimator="grpo", group_size=2, on_env_error="skip")
+    batch = collect("concurrent", "raise", estimator="grpo", group_size=2, settings={"on_env_error": "skip"})
     assert sorted(e.seed for e in batch) == [0, 0, 2, 2, 3, 3]  # episode seeds repeat in a group
     assert batch.faults["skipped"] == 2
 
 
 def test_skip_stops_past_its_limit():
     with pytest.raises(EnvError, match=r"2 of 8 episodes dropped for env errors, more than max_env_errors=0.2"):
-        collect("sync", "raise", seeds=(1, 5), on_env_error="skip", max_env_errors=0.2)
+        collect("sync", "raise", seeds=(1, 5), settings={"on_env_error": "skip", "max_env_errors": 0.2})
 
 
 def test_an_abandoned_step_holding_the_shared_rng_lock_does_not_stall_the_others():
     batch = collect("concurrent", "hang_in_rng")
     assert len(batch) == 8 and batch.faults["timeouts"] == 1
-    agent = agent_for(step_timeout=0.5)
+    agent = agent_for(rollout={"step_timeout": 0.5})
     envs = vector("concurrent", "none")
     assert len(agent.collect(envs, 4, score=False)) == 4  # later envs take a lock the stuck thread does not hold
     envs.close()
@@ -147,7 +149,7 @@ def test_an_async_vector_env_error_is_named():
 
 
 def test_learn_logs_the_fault_counts():
-    agent = agent_for(step_timeout=0.5, episodes_per_update=8)
+    agent = agent_for(rollout={"step_timeout": 0.5}, episodes_per_update=8)
     envs = vector("concurrent", "hang", seeds=None, num_envs=8)
     seen = []
     agent.learn(envs, total_episodes=8, callbacks=[lambda agent, metrics: seen.append(metrics)], progress_bar=False)
@@ -157,14 +159,15 @@ def test_learn_logs_the_fault_counts():
 
 def test_step_timeout_is_a_flag_and_a_config_field():
     from lmgym.cli import build_parser
+    from lmgym.cli.spec import RunSpec
     from lmgym.cli.train import run_config
 
     args = build_parser().parse_args(["train", "--step-timeout", "7.5", "--on-env-error", "skip"])
-    config = run_config(args)
-    assert config.rollout.step_timeout == 7.5 and config.step_timeout == 7.5 and config.on_env_error == "skip"
-    assert PPOConfig().step_timeout == 300.0
+    config = run_config(RunSpec.from_args(args))
+    assert config.rollout.step_timeout == 7.5 and config.rollout.on_env_error == "skip"
+    assert PPOConfig().rollout.step_timeout == 300.0
     with pytest.raises(ValueError, match="on_env_error must be one of"):
-        PPOConfig(on_env_error="ignore")
+        PPOConfig(rollout={"on_env_error": "ignore"})
 
 
 # ------------------------------------------------------------------------------- the CLI

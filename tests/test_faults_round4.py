@@ -39,7 +39,7 @@ def test_a_fresh_env_whose_factory_hangs_is_an_error_not_a_stall():
     after = faulty_env.MADE[0] + 4  # the 4 envs of the vector env are made, a fifth hangs
     make = lambda: gym.make("faulty/Faulty-v0", fault="hang", make_hang_after=after)  # noqa: E731
     envs = ConcurrentVectorEnv([make] * 4, autoreset_mode=AutoresetMode.SAME_STEP)
-    agent = agent_for(step_timeout=0.5)
+    agent = agent_for(rollout={"step_timeout": 0.5})
     with pytest.raises(EnvError, match="making a fresh env did not return within 0.5 s"):  # not the test's timeout
         agent.collect(envs, 4, seeds=[0, 1, 2, 3], score=False)
 

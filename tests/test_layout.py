@@ -1,5 +1,6 @@
 """The package's shape, as a maintainer reads it: files and functions of a readable size, imports
-that run one way (no circle, nothing imports the CLI, the agents never import a concrete env)."""
+that run one way, type hints included (no circle, nothing imports the CLI, the agents never import
+a concrete env)."""
 
 import ast
 import pathlib
@@ -16,16 +17,11 @@ def modules():
         yield name, path, ast.parse(path.read_text())
 
 
-def runtime_imports(tree, known):
-    """The lmgym modules a module imports, at import time or in a function, not for type hints."""
-    skip = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for n in ast.walk(node))
+def imports(tree, known):
+    """The lmgym modules a module imports: at import time, in a function, or for type hints only
+    (a type-only import that runs back up the layers is a dependency a reader must follow too)."""
     out = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lmgym"):
             subs = {f"{node.module}.{a.name}" for a in node.names} & known
             out |= subs or {node.module}
@@ -37,7 +33,7 @@ def runtime_imports(tree, known):
 def graph():
     mods = list(modules())
     known = {name for name, _, _ in mods}
-    return {name: runtime_imports(tree, known) - {name} for name, _, tree in mods}
+    return {name: imports(tree, known) - {name} for name, _, tree in mods}
 
 
 def test_files_and_functions_stay_readable():

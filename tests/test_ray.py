@@ -161,7 +161,7 @@ def engine_agents(ray_local):
 
     model = tiny_model(258, 256, seed=3, n_layer=2, n_embd=32, n_positions=256)
     local = PPOAgent(copy.deepcopy(model), tokenizer=ByteTokenizer(), config=PPOConfig(seed=0))
-    config = PPOConfig(seed=0, engines=2, engine_kwargs={"num_cpus": 0.5})
+    config = PPOConfig(seed=0, engine={"engines": 2, "kwargs": {"num_cpus": 0.5}})
     remote = PPOAgent(copy.deepcopy(model), tokenizer=ByteTokenizer(), config=config)
     yield local, remote
     remote.close()
@@ -244,3 +244,34 @@ def test_actors_spread_over_nodes_and_a_lost_node_s_episodes_go_on(ray_local):
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+# ------------------------------------------------------------------- lmgym train --ray (its own Ray)
+def lmgym_cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "lmgym.cli", *args], capture_output=True, text=True, timeout=1500)
+
+
+def test_train_on_ray_with_its_defaults_on_two_cpus(tmp_path):
+    """The README's command built its evaluation envs in 2 more actors that could never be placed."""
+    out = tmp_path / "run"
+    result = lmgym_cli(
+        "train", "lmgym/Calculator-v0", "--ray", "--env-workers", "2", "--episodes", "16", "--warmstart-steps", "5",
+        "--eval-episodes", "8", "--num-envs", "8", "--episodes-per-update", "8", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Ray: 1 node(s)" in result.stdout and "success (greedy)" in result.stdout
+    assert "WARNING" not in result.stderr and "Token authentication" not in result.stderr  # nothing to act on
+
+
+def test_train_with_a_placement_that_can_never_fit_is_one_line(tmp_path):
+    out = tmp_path / "run"
+    result = lmgym_cli(
+        "train", "lmgym/Echo-v0", "--ray", "--env-workers", "2", "--env-worker-cpus", "64", "--warmstart-steps", "5",
+        "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("lmgym train: failed: ")]
+    assert "need 128 CPUs at once" in line and f"traceback in {out / 'error.log'}" in line

@@ -53,7 +53,7 @@ def test_full_training_two_updates(family):
 
 def test_lora_training_trains_adapters_only(family):
     _, path = family
-    agent = agent_for(path, peft_config={"r": 4})
+    agent = agent_for(path, model={"peft_config": {"r": 4}})
     assert agent.ref_model is None  # the reference is the base with adapters off
     base = {n: p.detach().clone() for n, p in agent.model.named_parameters() if "lora_" not in n}
     agent.learn(countdown(agent), total_episodes=8, progress_bar=False)
@@ -67,7 +67,7 @@ def test_token_exact_across_three_turns(family):
     """decode(the episode's token stream) is the conversation the tokenizer's own template renders,
     with the model's turns exactly as sampled; the trained ids are the sampled ids."""
     name, path = family
-    agent = agent_for(path, max_new_tokens=12)
+    agent = agent_for(path, rollout={"max_new_tokens": 12})
     hf = agent.tokenizer.hf
     notes = [lambda out: "Try once more.", lambda out: f"You wrote {len(out)} characters. Last try."]
     env = ChatTemplate(
@@ -111,7 +111,7 @@ def test_task_library_envs_are_token_exact_in_a_chat_template(tmp_path, env_id, 
     the template renders from the env's text and the turns as sampled, over several turns."""
     pytest.importorskip(library)
     path = build("qwen2", tmp_path / "m", max_positions=4096)  # a game's rules are ~700 of its tokens
-    agent = agent_for(path, max_new_tokens=12)
+    agent = agent_for(path, rollout={"max_new_tokens": 12})
     hf, system = agent.tokenizer.hf, "Play well. Answer briefly."
 
     def make():

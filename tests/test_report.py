@@ -28,7 +28,9 @@ def run_dir(tmp_path_factory):
     """A short real run on Calculator-v0 with learn's defaults for recording."""
     torch.manual_seed(0)
     tokenizer = lmgym.ByteTokenizer(TAGS)
-    config = PPOConfig(episodes_per_update=16, mini_batch_size=8, learning_rate=1e-3, record_episodes=4, seed=0)
+    config = PPOConfig(
+        episodes_per_update=16, mini_batch_size=8, learning_rate=1e-3, run={"record_episodes": 4}, seed=0
+    )
     agent = PPOAgent(tiny_gpt2(tokenizer, n_layer=1, n_embd=32), tokenizer, config=config)
     envs = gym.make_vec("lmgym/Calculator-v0", num_envs=8, tokenizer=tokenizer, min_digits=1, max_digits=1)
     path = tmp_path_factory.mktemp("run")

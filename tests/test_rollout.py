@@ -36,7 +36,7 @@ def make_env():
 
 def collect(vec_class, overlap, generation_kwargs=None, group_size=None):
     model = tiny_model(258, 256, seed=5, n_layer=2, n_embd=32, n_positions=256)
-    config = PPOConfig(seed=0, overlap_rollout=overlap)
+    config = PPOConfig(seed=0, rollout={"overlap": overlap})
     agent = PPOAgent(copy.deepcopy(model), tokenizer=ByteTokenizer(), config=config)
     envs = vec_class([make_env] * 4, autoreset_mode=AutoresetMode.SAME_STEP)
     torch.manual_seed(7)
@@ -85,7 +85,7 @@ def test_the_overlapped_rollout_does_not_wait_for_the_slowest_env():
     stage.calls = 0
     make = lambda: gym.make("lmgym/Pipeline-v0", transforms=[stage] * 2, max_action_tokens=6)  # noqa: E731
     model = tiny_model(258, 256, seed=1, n_layer=1, n_embd=16)
-    agent = PPOAgent(model, tokenizer=ByteTokenizer(), config=PPOConfig(overlap_rollout=True))
+    agent = PPOAgent(model, tokenizer=ByteTokenizer(), config=PPOConfig(rollout={"overlap": True}))
     envs = ConcurrentVectorEnv([make] * 4)
     feeds = []
     flush = agent.engine.flush

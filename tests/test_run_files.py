@@ -1,7 +1,6 @@
 """A run writes only inside its run dir, a checkpoint names only its own files, and ``lmgym view
 --serve`` serves the report alone (the red-team round against run dirs and the report server)."""
 
-import argparse
 import http.client
 import json
 import shutil
@@ -16,6 +15,7 @@ from lmgym.agents.metrics import MetricsLogger
 from lmgym.agents.plotting import plot_learning_curve
 from lmgym.agents.recording import append_records
 from lmgym.cli.rundir import claim_run_dir
+from lmgym.cli.spec import RunSpec
 from lmgym.report import MAX_EPISODES, ReportServer, build_report
 from lmgym.storage import write_aside
 
@@ -71,7 +71,7 @@ def test_overwrite_checks_first_and_removes_links_as_links(tmp_path):
     (run / "model").mkdir(parents=True)
     (run / "warmstart").mkdir()
     (run / "checkpoints").symlink_to(keep, target_is_directory=True)
-    lock = claim_run_dir(argparse.Namespace(out=str(run), resume=None, overwrite=True))
+    lock = claim_run_dir(RunSpec("train", "lmgym/Echo-v0", out=run, overwrite=True))
     lock.close()
     assert sorted(p.name for p in run.iterdir()) == [".lmgym.lock"]
     assert (keep / "update-000001").is_dir()  # the link went, not what it pointed at

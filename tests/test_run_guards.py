@@ -1,6 +1,5 @@
 """Runs and outputs are never clobbered silently, and every bad argument or run dir is one line, exit 2."""
 
-import argparse
 import fcntl
 import json
 import os
@@ -12,6 +11,7 @@ from helpers import tiny_model
 
 from lmgym import ByteTokenizer
 from lmgym.cli import UsageError, main
+from lmgym.cli.spec import RunSpec
 from lmgym.report import build_report
 
 pytestmark = pytest.mark.timeout(600)
@@ -65,7 +65,7 @@ def test_overwrite_clears_only_the_run(tmp_path):
     for name in ("metrics.csv", "episodes.jsonl", "notes.txt"):
         (tmp_path / name).write_text("x")
     (tmp_path / "checkpoints" / "update-000001").mkdir(parents=True)
-    args = argparse.Namespace(out=str(tmp_path), resume=None, overwrite=True)
+    args = RunSpec("train", "lmgym/Echo-v0", out=tmp_path, overwrite=True)
     lock = claim_run_dir(args)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".lmgym.lock", "notes.txt"]
     with pytest.raises(UsageError, match="another lmgym train"):

@@ -62,12 +62,14 @@ def test_gguf_loads_dequantized_and_reloads_from_its_plain_copy(cache, loaded, c
 def lora_agent(loaded, **config):
     model, tokenizer = loaded
     model = copy.deepcopy(model)  # LoRA wraps the model in place: keep the shared one plain
-    cfg = PPOConfig(seed=0, peft_config={"r": 4}, episodes_per_update=2, mini_batch_size=2, n_epochs=1, **config)
+    cfg = PPOConfig(
+        seed=0, model={"peft_config": {"r": 4}}, episodes_per_update=2, mini_batch_size=2, n_epochs=1, **config
+    )
     return PPOAgent(model, tokenizer=tokenizer, config=cfg)
 
 
 def test_its_chat_template_is_token_exact_over_three_turns(loaded):
-    agent = lora_agent(loaded, max_new_tokens=6)
+    agent = lora_agent(loaded, rollout={"max_new_tokens": 6})
     hf = agent.tokenizer.hf
     notes = [lambda out: "Try once more.", lambda out: f"You wrote {len(out)} characters. Last try."]
     env = ChatTemplate(
@@ -99,7 +101,7 @@ def test_a_warm_start_step_then_a_lora_update(loaded):
     warmed, losses = warm_start(model, tokenizer, env, 1, batch_size=2, num_demonstrations=4, progress=False)
     assert len(losses) == 1 and losses[0] > 0
     assert any(not torch.equal(weights[n], p) for n, p in warmed.named_parameters())  # a full step moved them
-    agent = lora_agent((warmed, tokenizer), max_new_tokens=8)
+    agent = lora_agent((warmed, tokenizer), rollout={"max_new_tokens": 8})
     base = {n: p.detach().clone() for n, p in agent.model.named_parameters() if "lora_" not in n}
     lora = {n: p.detach().clone() for n, p in agent.model.named_parameters() if "lora_B" in n}
     envs = gym.make_vec("lmgym/Calculator-v0", num_envs=2, tokenizer=tokenizer, max_episode_steps=1)
@@ -110,7 +112,7 @@ def test_a_warm_start_step_then_a_lora_update(loaded):
 
 
 def test_saved_then_loaded_and_evaluated_in_a_fresh_process(loaded, cache, tmp_path):
-    agent = lora_agent(loaded, max_new_tokens=8)
+    agent = lora_agent(loaded, rollout={"max_new_tokens": 8})
     out = tmp_path / "model"
     agent.save(out, manifest={"env": "lmgym/Calculator-v0", "env_kwargs": {"max_episode_steps": 1}})
     env = {**os.environ, "LMGYM_CACHE": str(cache)}

@@ -78,7 +78,7 @@ def adapters_of(chat_dir, tmp_path):
     """A LoRA adapter dir over ``chat_dir``, as lmgym saves one."""
     from lmgym.agents import PPOAgent, PPOConfig
 
-    agent = PPOAgent(str(chat_dir), config=PPOConfig(peft_config={"r": 2}))
+    agent = PPOAgent(str(chat_dir), config=PPOConfig(model={"peft_config": {"r": 2}}))
     agent.save(tmp_path / "adapters")
     return tmp_path / "adapters"
 
@@ -212,7 +212,7 @@ def test_eval_names_a_failing_env_in_one_line(tmp_path, hf_tokenizer_dir):
 
 
 def test_a_traceback_that_cannot_be_written_still_leaves_one_line(tmp_path):
-    from lmgym.cli.options import failure_line
+    from lmgym.cli.errors import failure_line
 
     (tmp_path / "file").write_text("")
     line = failure_line(OSError(28, "No space left on device"), tmp_path / "file" / "error.log")

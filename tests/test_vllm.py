@@ -45,7 +45,7 @@ def llama(seed=0):
 
 @pytest.fixture(scope="module")
 def agent():
-    agent = PPOAgent(llama(), tokenizer=TOK, config=PPOConfig(engine="vllm", seed=0, engine_kwargs=EAGER))
+    agent = PPOAgent(llama(), tokenizer=TOK, config=PPOConfig(engine={"name": "vllm", "kwargs": EAGER}, seed=0))
     yield agent
     agent.close()
 
@@ -160,7 +160,7 @@ def test_a_dead_engine_is_named_within_seconds_and_close_still_cleans_up():
 
     from lmgym.agents.engines import EngineDied
 
-    agent = PPOAgent(llama(), tokenizer=TOK, config=PPOConfig(engine="vllm", seed=0, engine_kwargs=EAGER))
+    agent = PPOAgent(llama(), tokenizer=TOK, config=PPOConfig(engine={"name": "vllm", "kwargs": EAGER}, seed=0))
     envs = gym.make_vec("lmgym/Echo-v0", num_envs=4, tokenizer=TOK, length=8, max_action_tokens=8)
     assert len(agent.collect(envs, 8)) == 8
     (core,) = agent.engine.llm.llm_engine.engine_core.resources.engine_manager.processes
@@ -182,7 +182,7 @@ def test_vllm_in_a_ray_actor_gets_its_weights_through_files():
 
     ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 2**20, log_to_driver=False)
     try:
-        config = PPOConfig(engine="vllm", engines=1, seed=0, engine_kwargs={"num_cpus": 1, **EAGER})
+        config = PPOConfig(engine={"name": "vllm", "engines": 1, "kwargs": {"num_cpus": 1, **EAGER}}, seed=0)
         agent = PPOAgent(llama(), tokenizer=TOK, config=config)
         assert type(agent.engine).__name__ == "RayEngine" and not agent.engine.exact
         assert gap(agent) < 1e-3  # vLLM in the actor samples from the trainer's distribution

@@ -7,12 +7,23 @@ update's per-episode helpers: the critic's explained variance, and truncated imp
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 import torch
 
-if TYPE_CHECKING:
-    from lmgym.agents.trajectories import Episode, Trajectories
+from lmgym.agents.loss import LossInputs
+from lmgym.agents.trajectories import Episode, Trajectories, pad_batch
+
+
+class Targets(NamedTuple):
+    """What ``PPOAgent.compute_advantages`` gives ``update``: per episode, advantages and returns
+    (T,) (0 off actions), the batch's KL per episode (N,), and the advantages' spread before
+    whitening (the signal's scale, logged as ``advantages/raw_std``)."""
+
+    advantages: list[torch.Tensor]
+    returns: list[torch.Tensor]
+    kl: torch.Tensor
+    raw_std: float
 
 
 def gae(
@@ -49,6 +60,50 @@ def gae(
         advantages[t] = running
     adv = torch.tensor(advantages, dtype=values.dtype)
     return adv, adv + values
+
+
+def episode_advantages(
+    rewards: Sequence[torch.Tensor],
+    episodes: Sequence[Episode],
+    estimator: str,
+    gamma: float = 1.0,
+    gae_lambda: float = 0.95,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Advantages and returns (T,) per episode (0 off its action tokens) from per-token
+    ``rewards`` (T,): token-level ``gae`` over each episode's action tokens with its values (the
+    bootstrap value when it was truncated), or a group baseline (``rloo``, ``grpo``) of the
+    episodes' total rewards, the same for every action token of an episode."""
+    advantages, returns = [], []
+    if estimator == "gae":
+        for e, r in zip(episodes, rewards):
+            mask = e.action_mask
+            assert e.values is not None, "scoring fills the values"
+            bootstrap = e.bootstrap_value if e.truncated else 0.0
+            adv, ret = gae(r[mask], e.values[mask], bootstrap, gamma, gae_lambda)
+            advantages.append(torch.zeros(e.length).masked_scatter(mask, adv))
+            returns.append(torch.zeros(e.length).masked_scatter(mask, ret))
+        return advantages, returns
+    totals = torch.stack([r.sum() for r in rewards])  # (N,) episode returns, KL included
+    estimate = rloo_advantages if estimator == "rloo" else grpo_advantages
+    for e, a in zip(episodes, estimate(totals, [e.group for e in episodes])):
+        advantages.append(torch.where(e.action_mask, a, 0.0))
+        returns.append(torch.where(e.action_mask, totals.new_tensor(float(a)), 0.0))
+    return advantages, returns
+
+
+def mark_stale(episodes: Sequence[Episode], version: int, max_staleness: int) -> None:
+    """Episodes sampled by an older policy than ``version`` (the overlapped update's): their
+    log-probs become the sampler's, for the importance weights, and are scored again under the
+    current policy. An episode more than ``max_staleness`` versions old is refused."""
+    for e in episodes:
+        if e.versions is None or not e.action_mask.any():
+            continue
+        age = version - int(e.versions[e.action_mask].min())
+        if age > max_staleness:
+            raise ValueError(f"an episode sampled {age} updates ago, more than max_staleness={max_staleness}")
+        if age > 0 and e.logprobs is not None:
+            e.sampler_logprobs = e.sampler_logprobs if e.sampler_logprobs is not None else e.logprobs
+            e.logprobs = e.values = None
 
 
 def _groups(group_ids: Sequence[int]) -> dict[int, list[int]]:
@@ -112,27 +167,26 @@ def whiten(x: torch.Tensor, mask: torch.Tensor, min_std: float = 0.1) -> torch.T
     return torch.where(mask, out, torch.zeros_like(x))
 
 
-def loss_inputs(
-    batch: Trajectories, targets: dict[str, Any], tis_cap: float, device: torch.device
-) -> dict[str, torch.Tensor]:
+def loss_inputs(batch: Trajectories, targets: Targets, tis_cap: float, device: torch.device) -> LossInputs:
     """What the PPO loss reads, per episode, padded to (N, T) on ``device``: tokens and masks, the
     old and reference log-probs, old values, ``targets``' advantages and returns, and the
     truncated importance weights where a sampler's log-probs differ (an inexact or stale one's)."""
-    from lmgym.agents.trajectories import pad_batch
 
-    fields = {
-        "tokens": [e.tokens for e in batch],
-        "attention_mask": [torch.ones(e.length, dtype=torch.long) for e in batch],  # 0 where padded
-        "action_mask": [e.action_mask for e in batch],
-        "old_logprobs": [e.logprobs for e in batch],
-        "ref_logprobs": [e.ref_logprobs for e in batch],
-        "old_values": [e.values for e in batch],
-        "advantages": targets["advantages"],
-        "returns": targets["returns"],
-    }
-    if any(e.sampler_logprobs is not None for e in batch):
-        fields["is_weights"] = [importance_weights(e, tis_cap) for e in batch]
-    return {k: pad_batch(v, 0)[0].to(device) for k, v in fields.items()}
+    def padded(rows: Sequence[Any]) -> torch.Tensor:  # each filled by scoring
+        return pad_batch(list(rows), 0)[0].to(device)
+
+    weighted = any(e.sampler_logprobs is not None for e in batch)
+    return LossInputs(
+        tokens=padded([e.tokens for e in batch]),
+        attention_mask=padded([torch.ones(e.length, dtype=torch.long) for e in batch]),  # 0 where padded
+        action_mask=padded([e.action_mask for e in batch]),
+        old_logprobs=padded([e.logprobs for e in batch]),
+        ref_logprobs=padded([e.ref_logprobs for e in batch]),
+        old_values=padded([e.values for e in batch]),
+        advantages=padded(targets.advantages),
+        returns=padded(targets.returns),
+        is_weights=padded([importance_weights(e, tis_cap) for e in batch]) if weighted else None,
+    )
 
 
 def explained_variance(batch: Trajectories, returns: Sequence[torch.Tensor]) -> float:

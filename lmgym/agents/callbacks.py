@@ -1,14 +1,16 @@
-"""Callbacks: what ``learn`` calls around each update, the user's and its own.
+"""Callbacks: what ``learn`` calls around each update, the user's and its own, all of one kind.
 
-A user's callback is a plain callable ``cb(agent, metrics)`` called after every update, or an
-object with any of ``on_collect(agent, batch)``, ``on_update(agent, metrics)`` and
-``on_checkpoint(agent, path)``; returning ``False`` stops training. Entries an ``on_update``
-adds to ``metrics`` (an evaluation, say) are logged too.
+A callback is a plain callable ``cb(agent, metrics)`` called after every update, or an object
+with any of ``on_collect(agent, batch)``, ``on_update(agent, metrics)``,
+``on_checkpoint(agent, path)`` and ``on_learn_end(agent, error)`` (``Callback`` has them all,
+doing nothing); returning ``False`` from ``on_collect`` or ``on_update`` stops training. Entries
+an ``on_update`` adds to ``metrics`` (an evaluation, say) are logged too: ``learn`` runs the
+user's callbacks first, then its own (``run_callbacks``): ``MetricsCallback`` (``metrics.csv``
+and TensorBoard), ``RecordCallback`` (episodes for ``lmgym view``), ``ProgressCallback`` (the
+bar) and ``CheckpointCallback``. ``Evaluator`` is the greedy held-out evaluation ``lmgym train``
+runs; ``StopAtSuccess`` stops a run whose evaluation reached a success rate.
 
-``learn``'s own work after an update is callbacks of the same kind, run after the user's with
-``after_update(agent, batch, metrics, last)``: ``MetricsCallback`` (``metrics.csv`` and
-TensorBoard), ``RecordCallback`` (episodes for ``lmgym view``), ``ProgressCallback`` (the bar)
-and ``CheckpointCallback``. ``Evaluator`` is the greedy held-out evaluation ``lmgym train`` runs.
+Callbacks see the agent through ``Learner``, the few things of it they use.
 """
 
 from __future__ import annotations
@@ -18,18 +20,38 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lmgym.agents.learner import Learner
 from lmgym.agents.metrics import MetricsLogger
 from lmgym.agents.recording import EpisodeRecorder
 
 if TYPE_CHECKING:
-    from lmgym.agents.ppo import PPOAgent
     from lmgym.agents.trajectories import Trajectories
 
-Callback = Callable[..., Any]
+
+class Callback:
+    """A ``learn`` callback that does nothing: subclass it and override what you need."""
+
+    def on_collect(self, agent: Learner, batch: Trajectories) -> bool | None:
+        """After a batch is collected, before its update; ``False`` stops training."""
+        return None
+
+    def on_update(self, agent: Learner, metrics: dict[str, float]) -> bool | None:
+        """After each update, with its metrics (entries added here are logged); ``False`` stops training."""
+        return None
+
+    def on_checkpoint(self, agent: Learner, path: Path) -> None:
+        """After ``learn`` wrote a checkpoint to ``path``."""
+
+    def on_learn_end(self, agent: Learner, error: BaseException | None) -> None:
+        """When ``learn`` returns (``error``: what it raised, if it did)."""
 
 
-def fire(callbacks: Iterable[Callback], event: str, *args: Any) -> bool | None:
-    """Calls each callback for ``event``; ``False`` if any of them asks to stop."""
+CallbackLike = Callback | Callable[..., Any]
+
+
+def fire(callbacks: Iterable[Any], event: str, *args: Any) -> bool | None:
+    """Calls each callback for ``event`` (a plain callable is an ``on_update``); ``False`` if any
+    of them asks to stop."""
     stop = False
     for cb in callbacks:
         method = getattr(cb, event, None)
@@ -40,34 +62,24 @@ def fire(callbacks: Iterable[Callback], event: str, *args: Any) -> bool | None:
     return False if stop else None
 
 
-class RunCallback:
-    """One of ``learn``'s own callbacks: ``after_update`` after the user's, ``close`` at the end."""
-
-    def after_update(self, agent: PPOAgent, batch: Trajectories, metrics: dict[str, float], last: bool) -> None:
-        """After each update (``last``: the run ends after this one)."""
-
-    def close(self) -> None:
-        """When ``learn`` returns."""
-
-
-class MetricsCallback(RunCallback):
+class MetricsCallback(Callback):
     """Logs each update's metrics to ``log_dir`` (``metrics.csv``, TensorBoard when installed)."""
 
     def __init__(self, log_dir: str | os.PathLike, config: dict[str, Any]):
         self.logger = MetricsLogger(log_dir, config)
 
-    def after_update(self, agent: PPOAgent, batch: Trajectories, metrics: dict[str, float], last: bool) -> None:
+    def on_update(self, agent: Learner, metrics: dict[str, float]) -> None:
         self.logger.log(metrics, agent.num_updates)
 
-    def close(self) -> None:
+    def on_learn_end(self, agent: Learner, error: BaseException | None) -> None:
         self.logger.close()
 
 
-class RecordCallback(RunCallback):
-    """Keeps episodes for ``lmgym view`` in ``log_dir``: before the first update and at about
-    ten points of the run (``PPOConfig.run.record_episodes``, ``record_every``)."""
+class RecordCallback(Callback):
+    """Keeps episodes for ``lmgym view`` in ``log_dir``: before the first update, at about ten
+    points of the run (``PPOConfig.run.record_episodes``, ``record_every``) and after the last."""
 
-    def __init__(self, agent: PPOAgent, envs: Any, log_dir: str | os.PathLike, total_episodes: int):
+    def __init__(self, agent: Learner, envs: Any, log_dir: str | os.PathLike, total_episodes: int):
         from lmgym.agents.rollout import env_id_of
 
         run = agent.config.run
@@ -75,21 +87,34 @@ class RecordCallback(RunCallback):
         every = run.record_every or max(1, updates // 10)
         main = agent.accelerator.is_main_process
         self.recorder = EpisodeRecorder(log_dir, run.record_episodes, every, env_id_of(envs), main)
-        self.envs = envs
+        self.envs, self.batch, self.recorded = envs, None, -1
         if agent.num_updates == 0:
             self.recorder.record(agent, envs, None, 0)  # before training: the held-out episodes
+            self.recorded = 0
 
-    def after_update(self, agent: PPOAgent, batch: Trajectories, metrics: dict[str, float], last: bool) -> None:
-        if self.recorder.due(agent.num_updates, last):
-            self.recorder.record(agent, self.envs, batch, agent.num_updates)
+    def on_collect(self, agent: Learner, batch: Trajectories) -> None:
+        self.batch = batch  # the batch the update trains on: recorded with what it did
+
+    def on_update(self, agent: Learner, metrics: dict[str, float]) -> None:
+        if self.recorder.due(agent.num_updates, last=False):
+            self.record(agent)
+
+    def on_learn_end(self, agent: Learner, error: BaseException | None) -> None:
+        if error is None and self.recorded != agent.num_updates:
+            self.record(agent)
+
+    def record(self, agent: Learner) -> None:
+        self.recorder.record(agent, self.envs, self.batch, agent.num_updates)
+        self.recorded = agent.num_updates
 
 
-class ProgressCallback(RunCallback):
+class ProgressCallback(Callback):
     """A progress bar over the episodes, with the last update's return, success and KL."""
 
-    def __init__(self, agent: PPOAgent, total_episodes: int, enabled: bool = True):
+    def __init__(self, agent: Learner, total_episodes: int, enabled: bool = True):
         from tqdm.auto import tqdm
 
+        self.done = agent.num_episodes
         self.bar = tqdm(
             total=total_episodes,
             initial=min(agent.num_episodes, total_episodes),
@@ -97,45 +122,55 @@ class ProgressCallback(RunCallback):
             disable=not (enabled and agent.accelerator.is_main_process),
         )
 
-    def after_update(self, agent: PPOAgent, batch: Trajectories, metrics: dict[str, float], last: bool) -> None:
-        self.bar.update(len(batch))
+    def on_update(self, agent: Learner, metrics: dict[str, float]) -> None:
+        self.bar.update(agent.num_episodes - self.done)
+        self.done = agent.num_episodes
         self.bar.set_postfix(
             reward=f"{metrics['env/return']:.3f}",
             success=f"{metrics['env/success']:.2f}",
             kl=f"{metrics['objective/kl']:.3f}",
         )
 
-    def close(self) -> None:
+    def on_learn_end(self, agent: Learner, error: BaseException | None) -> None:
         self.bar.close()
 
 
-class CheckpointCallback(RunCallback):
-    """Saves a checkpoint every ``PPOConfig.run.checkpoint_every`` updates and after the last,
-    then tells the user's callbacks (``on_checkpoint(agent, path)``)."""
+class CheckpointCallback(Callback):
+    """Saves a checkpoint every ``PPOConfig.run.checkpoint_every`` updates and when ``learn``
+    ends, then tells the user's callbacks (``on_checkpoint(agent, path)``)."""
 
-    def __init__(self, checkpoint_dir: str | os.PathLike, envs: Any, callbacks: Iterable[Callback]):
+    def __init__(self, checkpoint_dir: str | os.PathLike, envs: Any, callbacks: Iterable[Any]):
         self.dir, self.envs, self.callbacks = Path(checkpoint_dir), envs, list(callbacks)
+        self.saved = -1
 
-    def after_update(self, agent: PPOAgent, batch: Trajectories, metrics: dict[str, float], last: bool) -> None:
+    def on_update(self, agent: Learner, metrics: dict[str, float]) -> None:
         every = agent.config.run.checkpoint_every
-        if last or (every and agent.num_updates % every == 0):
-            path = agent.save_checkpoint(self.dir, self.envs)
-            fire(self.callbacks, "on_checkpoint", agent, path)
+        if every and agent.num_updates % every == 0:
+            self.save(agent)
+
+    def on_learn_end(self, agent: Learner, error: BaseException | None) -> None:
+        if error is None and agent.num_updates and self.saved != agent.num_updates:
+            self.save(agent)
+
+    def save(self, agent: Learner) -> None:
+        path = agent.save_checkpoint(self.dir, self.envs)
+        self.saved = agent.num_updates
+        fire(self.callbacks, "on_checkpoint", agent, path)
 
 
 def run_callbacks(
-    agent: PPOAgent,
+    agent: Learner,
     envs: Any,
     total_episodes: int,
-    callbacks: Iterable[Callback],
+    callbacks: Iterable[Any],
     log_dir: str | os.PathLike | None,
     checkpoint_dir: str | os.PathLike | None,
     progress_bar: bool,
-) -> list[RunCallback]:
-    """``learn``'s own callbacks for these arguments, in the order they run."""
-    out: list[RunCallback] = []
+) -> list[Callback]:
+    """``learn``'s own callbacks for these arguments, in the order they run (after the user's)."""
+    out: list[Callback] = []
     if log_dir and agent.accelerator.is_main_process:
-        out.append(MetricsCallback(log_dir, agent.config.flat()))
+        out.append(MetricsCallback(log_dir, agent.config.settings()))
     if log_dir and agent.config.run.record_episodes:
         out.append(RecordCallback(agent, envs, log_dir, total_episodes))
     out.append(ProgressCallback(agent, total_episodes, progress_bar))
@@ -144,19 +179,20 @@ def run_callbacks(
     return out
 
 
-class Evaluator:
-    """``on_update`` callback: a greedy evaluation on held-out seeds every ``every`` updates, and
-    a full one (``final_episodes``) after the last update, kept in ``final``."""
+class Evaluator(Callback):
+    """A greedy evaluation on held-out seeds every ``every`` updates, and a full one
+    (``final_episodes``) once ``total_episodes`` are trained on, kept in ``final``
+    (``total_episodes=None``: not yet known, no final one until it is set)."""
 
-    def __init__(self, envs: Any, episodes: int, every: int, final_episodes: int, total_episodes: int):
+    def __init__(self, envs: Any, episodes: int, every: int, final_episodes: int, total_episodes: int | None):
         self.envs, self.episodes, self.every = envs, episodes, every
         self.final_episodes, self.total_episodes = final_episodes, total_episodes
         self.final: tuple[dict[str, Any], Any] | None = None
 
-    def on_update(self, agent: PPOAgent, metrics: dict[str, float]) -> None:
+    def on_update(self, agent: Learner, metrics: dict[str, float]) -> None:
         from lmgym.agents.evaluation import evaluate
 
-        if agent.num_episodes >= self.total_episodes:
+        if self.total_episodes is not None and agent.num_episodes >= self.total_episodes:
             self.final = evaluate(agent, self.envs, self.final_episodes)
             stats = self.final[0]
         elif self.every and agent.num_updates % self.every == 0:
@@ -164,6 +200,23 @@ class Evaluator:
         else:
             return
         metrics.update(eval_metrics(stats))
+
+
+class StopAtSuccess(Callback):
+    """Stops training once a held-out greedy evaluation (``eval/success``, an ``Evaluator``'s,
+    run before this callback) reaches ``threshold``: SB3's ``StopTrainingOnRewardThreshold``, on
+    success. ``None``: never."""
+
+    def __init__(self, threshold: float | None):
+        self.threshold, self.stopped = threshold, False
+
+    def on_update(self, agent: Learner, metrics: dict[str, float]) -> bool | None:
+        success = metrics.get("eval/success")
+        if self.threshold is None or success is None or success < self.threshold:
+            return None
+        print(f"held-out greedy success {success:.1%} reached the stop at {self.threshold:g}: stopping")
+        self.stopped = True
+        return False
 
 
 def eval_metrics(stats: dict[str, Any]) -> dict[str, float]:
@@ -176,12 +229,14 @@ def eval_metrics(stats: dict[str, Any]) -> dict[str, float]:
 
 
 __all__ = [
+    "Callback",
+    "CallbackLike",
     "CheckpointCallback",
     "Evaluator",
     "MetricsCallback",
     "ProgressCallback",
     "RecordCallback",
-    "RunCallback",
+    "StopAtSuccess",
     "eval_metrics",
     "fire",
     "run_callbacks",

@@ -18,7 +18,8 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,20 @@ def load_state(file: Path) -> Any:
         return load_data(file)
     except DataError as e:
         raise CheckpointError(str(e)) from e
+
+
+@contextmanager
+def fitting(path: Path) -> Iterator[None]:
+    """Loading checkpoint ``path`` into a model or agent: what does not fit it (a key, a shape, a
+    type) is a ``CheckpointError`` naming the checkpoint."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, RuntimeError, IndexError, OSError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(
+            f"{str(path)!r} does not fit this agent ({type(e).__name__}: {str(e).splitlines()[0]:.150})"
+        ) from e
 
 
 def model_signature(model: Any) -> dict[str, list[int]]:

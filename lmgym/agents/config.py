@@ -3,21 +3,21 @@
 The algorithm's fields sit on ``PPOConfig`` itself, under the names users know from SB3 and
 CleanRL; the rest is grouped: ``rollout`` (how episodes are played and generated), ``engine``
 (what generates), ``model`` (how the model is held and trained) and ``run`` (what ``learn``
-writes). The flat names of earlier releases still work as keyword arguments and attributes
-(``PPOConfig(overlap_rollout=True)`` sets ``config.rollout.overlap``; ``MOVED`` lists them), and
-the CLI's flags keep those names (``--overlap-rollout``).
+writes). Each setting has one name: ``PPOConfig(rollout={"overlap": True})`` (or
+``rollout=RolloutConfig(overlap=True)``) and ``config.rollout.overlap``. The CLI's flags are its
+own (``--overlap-rollout``: ``lmgym.cli.options`` maps them to fields).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 ESTIMATORS = ("gae", "rloo", "grpo")
+ENGINES = ("hf", "vllm")
 ENV_ERROR_POLICIES = ("raise", "skip")
 
 
@@ -116,8 +116,6 @@ class EngineConfig:
     ``num_cpus``, ``num_gpus``, ``weights_dir``, ``actor_options``); 0 runs it in this process."""
 
     def __post_init__(self) -> None:
-        from lmgym.agents.engines import ENGINES
-
         if self.name not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(map(repr, ENGINES))}, got {self.name!r}")
         if self.engines < 0:
@@ -152,8 +150,6 @@ class ModelConfig:
     instead of replicating it with DDP. Not with LoRA adapters."""
 
     def __post_init__(self) -> None:
-        from lmgym.agents.models import plain_peft_config
-
         self.peft_config = plain_peft_config(self.peft_config)
         if self.forward_batch_size < 1:
             raise ValueError(f"forward_batch_size must be >= 1, got {self.forward_batch_size}")
@@ -178,66 +174,30 @@ class RunConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
 
+def plain_peft_config(config: Any) -> dict[str, Any] | None:
+    """A ``peft_config`` as a JSON-safe dict (a ``LoraConfig`` is turned into its non-default fields)."""
+    if config is None or isinstance(config, dict):
+        return config
+    from peft import LoraConfig
+
+    defaults = LoraConfig().to_dict()
+    given = config.to_dict()
+    keep = {k: v for k, v in given.items() if v != defaults.get(k) and k not in ("peft_type", "task_type")}
+    return {k: sorted(v) if isinstance(v, set) else v for k, v in keep.items()}
+
+
 GROUPS: dict[str, Any] = {"rollout": RolloutConfig, "engine": EngineConfig, "model": ModelConfig, "run": RunConfig}
 
-MOVED: dict[str, tuple[str, str]] = {
-    "generation_kwargs": ("rollout", "generation_kwargs"),
-    "max_new_tokens": ("rollout", "max_new_tokens"),
-    "max_context_tokens": ("rollout", "max_context_tokens"),
-    "overlap_rollout": ("rollout", "overlap"),
-    "overlap_update": ("rollout", "overlap_update"),
-    "max_staleness": ("rollout", "max_staleness"),
-    "step_timeout": ("rollout", "step_timeout"),
-    "on_env_error": ("rollout", "on_env_error"),
-    "max_env_errors": ("rollout", "max_env_errors"),
-    "engine_kwargs": ("engine", "kwargs"),
-    "reuse_kv_cache": ("engine", "reuse_kv_cache"),
-    "engines": ("engine", "engines"),
-    "peft_config": ("model", "peft_config"),
-    "gradient_checkpointing": ("model", "gradient_checkpointing"),
-    "mixed_precision": ("model", "mixed_precision"),
-    "forward_batch_size": ("model", "forward_batch_size"),
-    "fsdp": ("model", "fsdp"),
-    "checkpoint_every": ("run", "checkpoint_every"),
-    "record_episodes": ("run", "record_episodes"),
-    "record_every": ("run", "record_every"),
-}
-"""The flat names of the grouped settings (the CLI's flags; earlier releases' fields) -> (group, field). A plain string
-for ``engine`` is its name: ``PPOConfig(engine="vllm")``."""
 
-
-def _accepts_flat_names(cls: Any) -> Any:
-    """Lets the dataclass's ``__init__`` take the flat names of ``MOVED`` too."""
-    init = cls.__init__
-
-    @functools.wraps(init)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        groups: dict[str, dict[str, Any]] = {}
-        if isinstance(kwargs.get("engine"), str):
-            groups["engine"] = {"name": kwargs.pop("engine")}
-        for name in [n for n in kwargs if n in MOVED]:
-            group, key = MOVED[name]
-            groups.setdefault(group, {})[key] = kwargs.pop(name)
-        for group, values in groups.items():
-            given = kwargs.get(group)
-            if given is not None and not isinstance(given, dict):
-                raise ValueError(f"{', '.join(values)} and {group}= both given: set them in {group}= alone")
-            kwargs[group] = {**(given or {}), **values}
-        init(self, *args, **kwargs)
-
-    cls.__init__ = __init__
-    return cls
-
-
-@_accepts_flat_names
 @dataclass
 class PPOConfig:
-    """Configuration of ``PPOAgent``. Field names follow SB3 and CleanRL where one exists.
+    """Configuration of ``PPOAgent``. Field names follow SB3 and CleanRL where one exists; the
+    groups take their dataclass or a dict of its fields.
 
     Example:
-        >>> config = PPOConfig(learning_rate=3e-4, overlap_rollout=True, engine="hf")
-        >>> config.rollout.overlap, config.overlap_rollout, config.engine.name
-        (True, True, 'hf')
+        >>> config = PPOConfig(learning_rate=3e-4, rollout={"overlap": True}, engine=EngineConfig(name="hf"))
+        >>> config.rollout.overlap, config.engine.name, config.model.peft_config
+        (True, 'hf', None)
     """
 
     learning_rate: float = 1.41e-5
@@ -345,39 +305,19 @@ class PPOConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
-    def __getattr__(self, name: str) -> Any:  # only for names not found: the flat names of MOVED
-        if name in MOVED:
-            group, key = MOVED[name]
-            return getattr(getattr(self, group), key)
-        raise AttributeError(f"'PPOConfig' has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in MOVED:
-            group, key = MOVED[name]
-            setattr(getattr(self, group), key, value)
-        else:
-            super().__setattr__(name, value)
-
-    @property
-    def sampling_kwargs(self) -> dict[str, Any]:
-        return self.rollout.sampling_kwargs
-
-    @property
-    def temperature(self) -> float:
-        return self.rollout.temperature
-
     def to_dict(self) -> dict[str, Any]:
         """Plain values, the groups as dicts (``from_dict`` reads it back)."""
         return dataclasses.asdict(self)
 
-    def flat(self) -> dict[str, Any]:
-        """Every setting under its flat name (the CLI's flags): one level, for a table or TensorBoard."""
-        return {name: value for name, _, value in flat_fields(self)}
+    def settings(self) -> dict[str, Any]:
+        """Every setting, one level, under its dotted name (``rollout.overlap``): for a table,
+        ``config.json`` of a run, TensorBoard."""
+        return {".".join(path): value for path, _, value in settings(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PPOConfig:
-        """A config from ``to_dict``'s output, or from the flat dicts of earlier releases."""
-        known = {f.name for f in dataclasses.fields(cls)} | set(MOVED)
+        """A config from ``to_dict``'s output."""
+        known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown PPOConfig fields: {', '.join(sorted(unknown))}")
@@ -392,19 +332,17 @@ def _group(kind: type, values: dict[str, Any]) -> Any:
     return kind(**values)
 
 
-def flat_fields(config: PPOConfig | None = None) -> Iterator[tuple[str, dataclasses.Field, Any]]:
-    """``(flat name, field, value)`` for every setting: the algorithm's, then each group's under
-    its flat name (``engine.name`` is ``engine``). Values come from ``config`` (default: the defaults)."""
+def settings(config: PPOConfig | None = None) -> Iterator[tuple[tuple[str, ...], dataclasses.Field, Any]]:
+    """``(path, field, value)`` for every setting: the algorithm's (``("learning_rate",)``), then
+    each group's (``("rollout", "overlap")``). Values come from ``config`` (default: the defaults)."""
     config = config or PPOConfig()
-    back = {where: name for name, where in MOVED.items()}
     for f in dataclasses.fields(config):
         if f.name not in GROUPS:
-            yield f.name, f, getattr(config, f.name)
+            yield (f.name,), f, getattr(config, f.name)
             continue
         group = getattr(config, f.name)
         for g in dataclasses.fields(group):
-            name = "engine" if (f.name, g.name) == ("engine", "name") else back.get((f.name, g.name), g.name)
-            yield name, g, getattr(group, g.name)
+            yield (f.name, g.name), g, getattr(group, g.name)
 
 
-__all__ = ["MOVED", "EngineConfig", "ModelConfig", "PPOConfig", "RolloutConfig", "RunConfig", "flat_fields"]
+__all__ = ["GROUPS", "EngineConfig", "ModelConfig", "PPOConfig", "RolloutConfig", "RunConfig", "settings"]

@@ -47,12 +47,12 @@ README's real-model command then ends within about 45 minutes on a 2-core machin
 start and the two full evaluations included."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Recipe:
     """What ``lmgym train --model`` picks for a pretrained model on an env (``pretrained_recipe``)."""
 
     config: dict[str, Any] = field(default_factory=dict)
-    """``PPOConfig`` overrides (flat names), LoRA included as ``peft_config``."""
+    """``PPOConfig`` keyword arguments (groups as dicts), LoRA as ``model={"peft_config": ...}``."""
     warmstart_steps: int = 0
     """Supervised steps on the env's oracle before RL (0 where the env has no oracle)."""
     max_action_tokens: int | None = None
@@ -63,16 +63,17 @@ class Recipe:
     episodes: int | None = None
     """Training episodes (``None``: as many as fit ``PRETRAINED_MINUTES`` here, sized from the first update)."""
 
-    def describe(self) -> str:
-        c, lora = self.config, self.config.get("peft_config")
+    def describe(self, config: PPOConfig) -> str:
+        """The recipe in one line, with ``config``'s values (the flags' where they were given)."""
+        lora = config.model.peft_config
         return ", ".join(
             [
                 f"LoRA r={lora.get('r', 8)}" if lora else "full fine-tuning",
-                f"learning_rate {c['learning_rate']:g}",
+                f"learning_rate {config.learning_rate:g}",
                 f"warm start {self.warmstart_steps} steps on the oracle" if self.warmstart_steps else "no warm start",
-                f"kl_coef {c['kl_coef']:g}",
-                f"{c['episodes_per_update']} episodes an update",
-                f"{c['n_epochs']} epoch{'s' if c['n_epochs'] != 1 else ''}",
+                f"kl_coef {config.kl_coef:g}",
+                f"{config.episodes_per_update} episodes an update",
+                f"{config.n_epochs} epoch{'s' if config.n_epochs != 1 else ''}",
                 f"max_action_tokens {self.max_action_tokens}" if self.max_action_tokens else "the env's budget",
                 f"max_episode_steps {self.max_episode_steps}" if self.max_episode_steps else "the env's turn limit",
                 f"{self.episodes} episodes"
@@ -96,7 +97,7 @@ def pretrained_recipe(env: gym.Env, tokenizer: Any, lora: bool | None = None) ->
         (30, 64, None, 1.41e-05)
     """
     lora = importlib.util.find_spec("peft") is not None if lora is None else lora
-    config = {**PRETRAINED_CONFIG, "peft_config": dict(PRETRAINED_LORA) if lora else None}
+    config = {**PRETRAINED_CONFIG, "model": {"peft_config": dict(PRETRAINED_LORA) if lora else None}}
     if not lora:
         config["learning_rate"] = PPOConfig.learning_rate  # all weights move: TRL's rate for them
     budget = action_budget(env, tokenizer)
@@ -129,19 +130,19 @@ def action_budget(env: gym.Env, tokenizer: Any, seeds: range = range(16), turns:
 
 
 def default_config(**overrides: Any) -> PPOConfig:
-    """``PPOConfig`` with the default model's settings, then ``overrides`` (flat names work)."""
+    """``PPOConfig`` with the default model's settings, then ``overrides`` (``PPOConfig``'s arguments)."""
     return PPOConfig(**{**TINY_MODEL_CONFIG, **overrides})
 
 
 def default_agent(
-    cls: Any,
     env_id: str = "lmgym/Calculator-v0",
     env_kwargs: dict[str, Any] | None = None,
     warmstart: Any = None,
     use_cache: bool = True,
     **config: Any,
-) -> Any:
-    """``PPOAgent.default``: the agent ``lmgym train ENV_ID`` trains with no ``--model``.
+) -> tuple[Any, Any, PPOConfig]:
+    """What ``PPOAgent.default`` (the agent ``lmgym train ENV_ID`` trains with no ``--model``) is
+    made of: ``(model, tokenizer, config)``.
 
     A tiny Llama built from a config and warm-started on the env's demonstrations (a
     ``WarmStartConfig``; cached unless ``use_cache=False``), with ``TINY_MODEL_CONFIG`` updated
@@ -160,7 +161,7 @@ def default_agent(
 
     warm = warmstart or WarmStartConfig(seed=int(config.get("seed", 0)))
     model, tokenizer, _ = default_model(env_id, env_kwargs, warm, use_cache=use_cache)
-    return cls(model, tokenizer=tokenizer, config=default_config(**config))
+    return model, tokenizer, default_config(**config)
 
 
 __all__ = [

@@ -12,7 +12,7 @@ from lmgym.agents.rollout import EVAL_SEED_OFFSET
 from lmgym.agents.trajectories import Trajectories
 
 if TYPE_CHECKING:
-    from lmgym.agents.ppo import PPOAgent
+    from lmgym.agents.learner import Learner
 
 
 def held_out_seeds(n: int) -> list[int]:
@@ -21,7 +21,7 @@ def held_out_seeds(n: int) -> list[int]:
 
 
 def evaluate(
-    agent: PPOAgent,
+    agent: Learner,
     envs: gym.Env | gym.vector.VectorEnv,
     episodes: int = 200,
     greedy: bool = True,
@@ -70,7 +70,7 @@ def error_mix(batch: Trajectories) -> dict[str, float]:
     return {kind: kinds.count(kind) / len(kinds) for kind in sorted(set(kinds))}
 
 
-def transcript(agent: PPOAgent, episode: Any) -> str:
+def transcript(agent: Learner, episode: Any) -> str:
     """An episode as text: the model's turns in ``[[...]]``, the env's text as is."""
     tok = agent.tokenizer
     pieces, start = [], 0

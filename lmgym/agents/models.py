@@ -227,18 +227,6 @@ def apply_lora(model: PreTrainedModel, spec: dict[str, Any]) -> PreTrainedModel:
     return cast(PreTrainedModel, get_peft_model(model, config))
 
 
-def plain_peft_config(config: Any) -> dict[str, Any] | None:
-    """A ``peft_config`` as a JSON-safe dict (a ``LoraConfig`` is turned into its non-default fields)."""
-    if config is None or isinstance(config, dict):
-        return config
-    from peft import LoraConfig
-
-    defaults = LoraConfig().to_dict()
-    given = config.to_dict()
-    keep = {k: v for k, v in given.items() if v != defaults.get(k) and k not in ("peft_type", "task_type")}
-    return {k: sorted(v) if isinstance(v, set) else v for k, v in keep.items()}
-
-
 def memory_estimate(model: torch.nn.Module, trainable: int, reference: torch.nn.Module | None) -> dict[str, float]:
     """Bytes the training will hold before activations: weights, gradients and AdamW's two
     moments (fp32) of the trainable parameters, and the reference copy (none with LoRA)."""
@@ -299,6 +287,21 @@ def shard(policy: torch.nn.Module, device: torch.device, world_size: int) -> Non
     for module in [m for m in model.modules() if type(m).__name__ in layers]:
         fully_shard(module, mesh=mesh)
     fully_shard(policy, mesh=mesh)
+
+
+def place(policy: torch.nn.Module, accelerator: Any, config: Any) -> tuple[Any, Any]:
+    """The policy and its AdamW optimizer, placed by accelerate (DDP across processes); with
+    ``config.model.fsdp`` under several processes, the policy sharded with FSDP2 in place first
+    (accelerate then prepares the optimizer only). ``fsdp`` in one process warns: nothing to shard."""
+    import warnings
+
+    sharded = config.model.fsdp and accelerator.num_processes > 1
+    if config.model.fsdp and not sharded:
+        warnings.warn("fsdp=True in one process: the policy is not sharded (FSDP2 needs several)", stacklevel=3)
+    if sharded:
+        shard(policy, accelerator.device, accelerator.num_processes)
+    optimizer = adamw([p for p in policy.parameters() if p.requires_grad], config.learning_rate)
+    return (policy, accelerator.prepare(optimizer)) if sharded else accelerator.prepare(policy, optimizer)
 
 
 def prepare_model(model: Any, tokenizer: Any, config: Any) -> tuple[PreTrainedModel, Tokenizer]:

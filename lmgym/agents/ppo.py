@@ -1,18 +1,12 @@
 """PPOAgent: token-level PPO for Hugging Face causal LMs on lmgym (Gymnasium) episodes.
 
-The loop, top to bottom::
-
-    collect(envs, n)   episodes as token streams (every model call of every turn), played by the
-                       agent's RolloutCollector through its engine, then scored with old
-                       log-probs, reference log-probs and values
-    update(batch)      compute_rewards -> compute_advantages -> PPO epochs over minibatches
-    learn(envs, N)     collect/update until N episodes, with progress, metrics, checkpoints
-    step(q, r, s, m)   the classic step-wise entry for hand-written loops
-
-Every stage is a method a subclass can override (``generate``, ``compute_rewards``,
-``compute_advantages``, ``loss``), and each is usable on its own. Playing episodes is
-``lmgym.agents.rollout``'s, saving and loading ``lmgym.agents.persistence``'s, and what ``learn``
-does around an update ``lmgym.agents.callbacks``'.
+``collect`` plays episodes through the agent's ``RolloutCollector`` and its engine (every model
+call of every turn, as token streams) and scores them (its ``Scorer``); ``update`` turns a batch
+into rewards, advantages and PPO epochs; ``learn`` loops the two; ``step`` is the classic entry
+for hand-written loops. Each stage is a method to call or override (``compute_rewards``,
+``compute_advantages``, ``loss``, ``ref_logits``); how tokens are sampled is the engine's
+(``agent.engine``: wrap or replace it). The agent's state is plain data (``state_dict``), and the
+modules it uses take parts, never the agent.
 """
 
 from __future__ import annotations
@@ -20,8 +14,8 @@ from __future__ import annotations
 import functools
 import os
 import time
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -32,24 +26,26 @@ from accelerate.utils import set_seed
 from gymnasium.vector import VectorEnv
 from transformers import PreTrainedModel
 
-from lmgym.agents import persistence, scoring
-from lmgym.agents.advantages import (
-    explained_variance,
-    gae,
-    grpo_advantages,
-    loss_inputs,
-    rloo_advantages,
-    whiten,
-)
-from lmgym.agents.callbacks import Callback, fire, run_callbacks
+from lmgym.agents import loss as ppo_loss
+from lmgym.agents import persistence
+from lmgym.agents.advantages import Targets, episode_advantages, explained_variance, loss_inputs, mark_stale, whiten
+from lmgym.agents.callbacks import CallbackLike, fire, run_callbacks
+from lmgym.agents.checkpoints import fitting, model_signature
 from lmgym.agents.config import PPOConfig
-from lmgym.agents.defaults import default_agent
-from lmgym.agents.engines import Engine, EnginePolicy, Generation, make_engine
+from lmgym.agents.engines import Engine, EnginePolicy, make_engine
 from lmgym.agents.kl import KLController
-from lmgym.agents.models import adamw, load_model, memory_estimate, prepare_model, reference_model, shard
-from lmgym.agents.overlap import batch_size, overlapped_batches
-from lmgym.agents.policy import PolicyWithValue, action_logprobs, state_values
-from lmgym.agents.rollout import EVAL_SEED_OFFSET, RolloutCollector, as_vector_env
+from lmgym.agents.loss import LossInputs
+from lmgym.agents.models import (
+    load_model,
+    memory_estimate,
+    place,
+    prepare_model,
+    reference_model,
+)
+from lmgym.agents.overlap import Batches, batch_sizes, overlapped
+from lmgym.agents.policy import PolicyWithValue, action_logits, action_logprobs, state_values
+from lmgym.agents.rollout import EVAL_SEED_OFFSET, EnvContract, RolloutCollector, as_vector_env, env_id_of
+from lmgym.agents.scoring import Scorer
 from lmgym.agents.trajectories import Episode, Trajectories
 
 
@@ -81,44 +77,35 @@ class PPOAgent:
         ref_model: PreTrainedModel | None = None,
         config: PPOConfig | None = None,
     ):
-        self.config = config or PPOConfig()
-        self.accelerator = Accelerator(
-            mixed_precision=self.config.model.mixed_precision,
-            gradient_accumulation_steps=self.config.gradient_accumulation_steps,
-        )
-        set_seed(self.config.seed + self.accelerator.process_index)
-        model, self.tokenizer = prepare_model(model, tokenizer, self.config.model)
+        self.config = config = config or PPOConfig()
+        steps = config.gradient_accumulation_steps
+        self.accelerator = Accelerator(mixed_precision=config.model.mixed_precision, gradient_accumulation_steps=steps)
+        set_seed(config.seed + self.accelerator.process_index)
+        model, self.tokenizer = prepare_model(model, tokenizer, config.model)
         self.is_peft = hasattr(model, "disable_adapter") and ref_model is None
         self.ref_model = None if self.is_peft else reference_model(model, ref_model, self.accelerator.device)
-        policy = PolicyWithValue(model)
-        sharded = self.config.model.fsdp and self.accelerator.num_processes > 1
-        if self.config.model.fsdp and not sharded:
-            warnings.warn(
-                "fsdp=True in one process: the policy is not sharded (FSDP2 needs several: accelerate "
-                "launch or torchrun)",
-                stacklevel=2,
-            )
-        if sharded:  # FSDP2 in place; accelerate prepares the optimizer only
-            shard(policy, self.accelerator.device, self.accelerator.num_processes)
-        optimizer = adamw([p for p in policy.parameters() if p.requires_grad], self.config.learning_rate)
-        if sharded:
-            self.policy, self.optimizer = policy, self.accelerator.prepare(optimizer)
-        else:
-            self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
-        engine = make_engine(self.config.engine.name, self.engine_policy(), **self.config.engine.arguments)
+        self.policy, self.optimizer = place(PolicyWithValue(model), self.accelerator, config)
+        device, rollout = self.accelerator.device, config.rollout
+        module = self.accelerator.unwrap_model(self.policy)
+        sampling = EnginePolicy(module, self.tokenizer, lambda: rollout.sampling_kwargs, device, config.seed)
+        engine = make_engine(config.engine.name, sampling, **config.engine.arguments)
         limit = getattr(model.config, "max_position_embeddings", None) or 2048
-        self.rollout = RolloutCollector(
-            engine, self.tokenizer, self.config, limit, generate=self.generate, rank=self.accelerator.process_index
-        )
-        self.kl_controller = KLController(
-            self.config.kl_coef, self.config.adaptive_kl, self.config.kl_target, self.config.kl_horizon
-        )
+        group, rank = config.group_size or 1, self.accelerator.process_index
+        self.rollout = RolloutCollector(engine, self.tokenizer, rollout, limit, group, config.seed, rank)
+        pad, batch = self.tokenizer.pad_token_id, config.model.forward_batch_size
+        self.scorer = Scorer(self.policy, self.ref_logits, pad, lambda: rollout.temperature, batch, device)
+        self.kl_controller = KLController(config.kl_coef, config.adaptive_kl, config.kl_target, config.kl_horizon)
         self.num_episodes = 0
         self.num_updates = 0  # also the policy's version: the engine samples with ``engine_version``
         self.engine_version = 0
-        self.overlapping = False  # learn's overlapped update: the engine is synced between updates, not in them
 
-    default = classmethod(default_agent)
+    @classmethod
+    def default(cls, env_id: str = "lmgym/Calculator-v0", **kwargs: Any) -> PPOAgent:
+        """The agent ``lmgym train ENV_ID`` trains with no ``--model`` (``lmgym.agents.defaults.default_agent``)."""
+        from lmgym.agents.defaults import default_agent
+
+        model, tokenizer, config = default_agent(env_id, **kwargs)
+        return cls(model, tokenizer=tokenizer, config=config)
 
     # ----------------------------------------------------------------------------- the model
     @property
@@ -132,7 +119,8 @@ class PPOAgent:
 
     @property
     def engine(self) -> Engine:
-        """The rollout engine (``lmgym.agents.engines``); assign one to replace it."""
+        """The rollout engine (``lmgym.agents.engines``): the one door for how tokens are sampled;
+        assign one (a wrapper of it, say) to sample otherwise."""
         return self.rollout.engine
 
     @engine.setter
@@ -144,20 +132,10 @@ class PPOAgent:
         """SHA-256 of every token's text: what a checkpoint's tokenizer must match (decoded once)."""
         return persistence.tokens_fingerprint(self.tokenizer)
 
-    @property
-    def max_context_tokens(self) -> int:
-        return self.rollout.max_context_tokens
-
-    def engine_policy(self) -> EnginePolicy:
-        """What the rollout engine generates with: the policy, its tokenizer and sampling settings."""
-        config = self.config
-        return EnginePolicy(
-            self.accelerator.unwrap_model(self.policy),
-            self.tokenizer,
-            lambda: config.rollout.sampling_kwargs,
-            self.accelerator.device,
-            config.seed,
-        )
+    def sync_engine(self) -> None:
+        """Pushes the policy's weights to the rollout engine (``learn`` does after each update)."""
+        self.engine.sync_weights()
+        self.engine_version = self.num_updates
 
     def close(self) -> None:
         """Stops the rollout engine's processes, if it has any (vLLM's); the agent can still be saved."""
@@ -174,39 +152,37 @@ class PPOAgent:
         score: bool = True,
     ) -> Trajectories:
         """Runs ``num_episodes`` episodes (``RolloutCollector.collect``, which says what each
-        argument does) and returns them, scored unless ``score=False``: old and reference
-        log-probs and values, which ``update`` needs and an evaluation does not."""
-        version = self.engine_version
-        batch = self.rollout.collect(envs, num_episodes, group_size, seeds, generation_kwargs)
-        for e in batch:
-            e.versions = torch.where(e.action_mask, version, -1)  # the weights that sampled each token
+        argument does) with the policy as it is (an engine behind the last update is synced
+        first) and returns them, scored unless ``score=False``: old and reference log-probs and
+        values, which ``update`` needs and an evaluation does not."""
+        if self.engine_version != self.num_updates:
+            self.sync_engine()
+        k = group_size or self.config.group_size
+        batch = self.rollout.collect(envs, num_episodes, k, seeds, generation_kwargs, self.engine_version)
         if score:
             self.score(batch)
         return batch
 
-    def generate(
-        self,
-        contexts: list[list[int]],
-        stop_strings: Sequence[str],
-        max_new_tokens: int,
-        keys: Sequence[int] | None = None,
-        **generation_kwargs: Any,
-    ) -> list[Generation]:
-        """One turn for each context through the rollout engine: the sampled ids (each a
-        ``Generation``, a list with the sampler's log-probs and, from the HF engine, values),
-        each turn ended by EOS, a stop string or ``max_new_tokens``. ``config.rollout.
-        generation_kwargs`` apply, and ``generation_kwargs`` override them for this call; ``keys``
-        (one per context, from ``collect``) give each row its own random stream. Override it to
-        generate otherwise: returning plain lists of ids is fine (they are scored afterwards)."""
-        return self.engine.generate(contexts, stop_strings, max_new_tokens, keys=keys, **generation_kwargs)
-
-    def env_contract(self, envs: gym.Env | VectorEnv) -> dict[str, Any]:
+    def env_contract(self, envs: gym.Env | VectorEnv) -> EnvContract:
         """The env's stop strings, turn budget and autoreset mode (``RolloutCollector.env_contract``)."""
-        return self.rollout.env_contract(as_vector_env(envs))
+        return self.rollout.env_contract(envs)
 
     # --------------------------------------------------------------------------------- score
-    score = scoring.score
-    ref_logits = scoring.ref_logits
+    def score(self, episodes: Iterable[Episode]) -> None:
+        """Fills each episode's old and reference log-probs and values (``Scorer``); the reference
+        forward is skipped while the KL term is off (``kl_coef=0``, not adaptive)."""
+        kl_on = self.kl_controller.value != 0 or self.config.adaptive_kl
+        self.scorer(episodes, with_reference=kl_on)
+
+    def ref_logits(self, tokens: torch.Tensor, attention: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """The reference model's logits (N, V) that predict the action tokens (a PEFT policy's base
+        with its adapters off)."""
+        gather = self.accelerator.unwrap_model(self.policy).head_on_hidden
+        if self.ref_model is not None:
+            return action_logits(self.ref_model, tokens, attention, actions, gather)[0]
+        model: Any = self.model  # a PeftModel
+        with model.disable_adapter():
+            return action_logits(model, tokens, attention, actions, gather)[0]
 
     # -------------------------------------------------------------------------- advantages
     def compute_rewards(self, episode: Episode) -> tuple[torch.Tensor, torch.Tensor]:
@@ -220,47 +196,33 @@ class PPOAgent:
             rewards -= self.kl_controller.value * kl
         return rewards, kl
 
-    def compute_advantages(self, batch: Trajectories) -> dict[str, Any]:
+    def compute_advantages(self, batch: Trajectories) -> Targets:
         """Advantages and returns (T,) per episode, by ``config.estimator``; whitened across the
         batch's action tokens. Environment tokens get 0 and no loss."""
         cfg = self.config
         rewards, kls = zip(*(self.compute_rewards(e) for e in batch))
-        advantages, returns = [], []
-        if cfg.estimator == "gae":
-            for e, r in zip(batch, rewards):
-                mask = e.action_mask
-                assert e.values is not None, "score() fills the values"
-                bootstrap = e.bootstrap_value if e.truncated else 0.0
-                adv, ret = gae(r[mask], e.values[mask], bootstrap, cfg.gamma, cfg.gae_lambda)
-                advantages.append(torch.zeros(e.length).masked_scatter(mask, adv))
-                returns.append(torch.zeros(e.length).masked_scatter(mask, ret))
-        else:
-            totals = torch.stack([r.sum() for r in rewards])  # (N,) episode returns, KL included
-            estimate = rloo_advantages if cfg.estimator == "rloo" else grpo_advantages
-            per_episode = estimate(totals, [e.group for e in batch])
-            for e, a in zip(batch, per_episode):
-                advantages.append(torch.where(e.action_mask, a, 0.0))
-                returns.append(torch.where(e.action_mask, totals.new_tensor(float(a)), 0.0))
+        advantages, returns = episode_advantages(rewards, batch.episodes, cfg.estimator, cfg.gamma, cfg.gae_lambda)
         flat, mask = torch.cat(advantages), torch.cat([e.action_mask for e in batch])
         raw_std = float(flat[mask].std(unbiased=False)) if mask.any() else 0.0
         if cfg.whiten_advantages:
             advantages = list(whiten(flat, mask, cfg.whiten_min_std).split([e.length for e in batch]))
-        kl_per_episode = torch.stack([k.sum() for k in kls])
-        return {"advantages": advantages, "returns": returns, "kl": kl_per_episode, "raw_std": raw_std}
+        return Targets(advantages, returns, torch.stack([k.sum() for k in kls]), raw_std)
 
     # -------------------------------------------------------------------------------- update
     def update(self, batch: Trajectories) -> dict[str, float]:
-        """One PPO update on a batch of episodes; returns the metrics as a ``/``-namespaced dict."""
+        """One PPO update on a batch of episodes: batch in, metrics (a ``/``-namespaced dict) out.
+        The engine is not synced here: ``learn`` does it after each update (``sync_engine``), and
+        ``collect`` does when the engine is behind."""
         if len(batch) == 0:
             raise ValueError("update needs at least one episode")
         cfg, start, device = self.config, time.perf_counter(), self.accelerator.device
-        self.refresh_stale(batch)
+        mark_stale(batch.episodes, self.num_updates, cfg.rollout.max_staleness)  # the overlapped update's
         self.score(batch)
         self.init_value_head(batch)
         targets = self.compute_advantages(batch)
-        for e, adv in zip(batch, targets["advantages"]):
+        for e, adv in zip(batch, targets.advantages):
             e.advantages = adv  # kept for the viewer (lmgym view)
-        padded = loss_inputs(batch, targets, self.config.tis_cap, self.accelerator.device)  # (N, T) each, once
+        padded = loss_inputs(batch, targets, cfg.tis_cap, device)  # (N, T) each, once
         lengths = torch.tensor([e.length for e in batch])
         stats: dict[str, list[float]] = {}
         self.policy.train()
@@ -268,8 +230,7 @@ class PPOAgent:
             order = torch.randperm(len(batch))
             for lo in range(0, len(batch), cfg.mini_batch_size):
                 rows = order[lo : lo + cfg.mini_batch_size]
-                width = int(lengths[rows].max())
-                minibatch = {k: v[rows.to(device), :width] for k, v in padded.items()}
+                minibatch = padded.rows(rows.to(device), int(lengths[rows].max()))
                 with self.accelerator.accumulate(self.policy):
                     loss, mb_stats = self.loss(minibatch)
                     self.accelerator.backward(loss)
@@ -279,46 +240,17 @@ class PPOAgent:
                     self.optimizer.zero_grad()
                 for key, value in mb_stats.items():
                     stats.setdefault(key, []).append(value)
-        mean_kl = float(self.accelerator.gather(targets["kl"].to(device)).mean())
+        mean_kl = float(self.accelerator.gather(targets.kl.to(device)).mean())
         self.kl_controller.update(mean_kl, len(batch))
-        metrics = {key: float(np.mean(values)) for key, values in stats.items()}
-        metrics.update(batch.stats())
-        metrics.update(
-            {
-                "advantages/raw_std": targets["raw_std"],  # the signal's scale before whitening
-                "objective/kl": mean_kl,
-                "objective/kl_coef": self.kl_controller.value,
-                "optim/learning_rate": self.optimizer.param_groups[0]["lr"],
-                "time/update": time.perf_counter() - start,
-            }
-        )
-        if cfg.estimator == "gae":
-            metrics["value/explained_variance"] = explained_variance(batch, targets["returns"])
         self.num_updates += 1
-        if not self.overlapping:
-            self.sync_engine()
+        metrics = {key: float(np.mean(values)) for key, values in stats.items()} | batch.stats()
+        metrics["advantages/raw_std"] = targets.raw_std  # the signal's scale before whitening
+        metrics["objective/kl"], metrics["objective/kl_coef"] = mean_kl, self.kl_controller.value
+        metrics["optim/learning_rate"] = self.optimizer.param_groups[0]["lr"]
+        metrics["time/update"] = time.perf_counter() - start
+        if cfg.estimator == "gae":
+            metrics["value/explained_variance"] = explained_variance(batch, targets.returns)
         return metrics
-
-    def sync_engine(self) -> None:
-        """Pushes the policy's weights to the rollout engine (after an update)."""
-        self.engine.sync_weights()
-        self.engine_version = self.num_updates
-
-    def refresh_stale(self, batch: Trajectories) -> None:
-        """Episodes sampled by an older policy (the overlapped update's): their log-probs become
-        the sampler's, for the importance weights, and ``score`` computes the current policy's.
-        An episode more than ``max_staleness`` versions old is refused."""
-        for e in batch:
-            if e.versions is None or not e.action_mask.any():
-                continue
-            age = self.num_updates - int(e.versions[e.action_mask].min())
-            if age > self.config.rollout.max_staleness:
-                raise ValueError(
-                    f"an episode sampled {age} updates ago, more than max_staleness={self.config.rollout.max_staleness}"
-                )
-            if age > 0 and e.logprobs is not None:
-                e.sampler_logprobs = e.sampler_logprobs if e.sampler_logprobs is not None else e.logprobs
-                e.logprobs = e.values = None
 
     @torch.no_grad()
     def init_value_head(self, batch: Trajectories) -> None:
@@ -341,54 +273,33 @@ class PPOAgent:
             e.values = torch.where(e.action_mask, e.values + mean, 0.0)
             e.bootstrap_value += mean
 
-    def loss(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        """The clipped PPO loss on a minibatch (B, T); token-level means over action tokens."""
-        cfg, mask = self.config, mb["action_mask"]
-        logits, values = self.policy(mb["tokens"], mb["attention_mask"], mask)  # (N, V): action tokens only
-        logp_all, logprobs = action_logprobs(logits, mb["tokens"], mask, cfg.rollout.temperature)  # (N, V), (B, T)
+    def loss(self, mb: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
+        """The PPO loss on a minibatch (B, T): this forward pass, then the arithmetic of
+        ``lmgym.agents.loss`` (the clipped surrogate, the value loss, the entropy, a k3 KL term);
+        token-level means over the action tokens."""
+        cfg, mask = self.config, mb.action_mask
+        logits, values = self.policy(mb.tokens, mb.attention_mask, mask)  # (N, V): action tokens only
+        logp_all, logprobs = action_logprobs(logits, mb.tokens, mask, cfg.rollout.temperature)  # (N, V), (B, T)
         values = state_values(values)  # (B, T)
-        n = mask.sum().clamp(min=1)
-
-        def masked_mean(x: torch.Tensor) -> torch.Tensor:
-            return torch.where(mask, x, 0.0).sum() / n
-
-        log_ratio = torch.where(mask, logprobs - mb["old_logprobs"], 0.0)
-        ratio = log_ratio.exp()
-        adv = mb["advantages"]
-        pg_losses = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_range, 1 + cfg.clip_range))  # (B, T)
-        if "is_weights" in mb:
-            pg_losses = pg_losses * mb["is_weights"]
-        pg_loss = masked_mean(pg_losses)
-        v_loss_unclipped = (values - mb["returns"]) ** 2
-        if cfg.clip_range_vf is not None:
-            v_clipped = mb["old_values"] + (values - mb["old_values"]).clamp(-cfg.clip_range_vf, cfg.clip_range_vf)
-            v_loss = 0.5 * masked_mean(torch.max(v_loss_unclipped, (v_clipped - mb["returns"]) ** 2))
-        else:
-            v_loss = 0.5 * masked_mean(v_loss_unclipped)
+        pg_loss, ratio, log_ratio = ppo_loss.clipped_policy_loss(
+            logprobs, mb.old_logprobs, mb.advantages, mask, cfg.clip_range, mb.is_weights
+        )
+        v_loss = ppo_loss.value_loss(values, mb.old_values, mb.returns, mask, cfg.clip_range_vf)
         with torch.set_grad_enabled(cfg.ent_coef != 0):  # a metric only, unless it is in the loss
-            entropy = -(logp_all.exp() * logp_all).sum(-1).sum() / n  # over the action tokens
+            entropy = -(logp_all.exp() * logp_all).sum(-1).sum() / mask.sum().clamp(min=1)  # over the action tokens
         vf_coef = cfg.vf_coef if cfg.estimator == "gae" else 0.0  # critic-free: the head idles
-        loss = pg_loss + vf_coef * v_loss
-        if cfg.ent_coef:
-            loss = loss - cfg.ent_coef * entropy
+        loss = pg_loss + vf_coef * v_loss - cfg.ent_coef * entropy
         stats = {}
         if cfg.kl_penalty == "loss":  # k3 estimator (Schulman 2020), as in GRPO
-            log_ref_ratio = torch.where(mask, mb["ref_logprobs"] - logprobs, 0.0)
-            kl_k3 = masked_mean(log_ref_ratio.exp() - log_ref_ratio - 1)
+            kl_k3 = ppo_loss.k3_kl(logprobs, mb.ref_logprobs, mask)
             loss = loss + self.kl_controller.value * kl_k3
             stats["loss/kl"] = float(kl_k3.detach())
         with torch.no_grad():
-            stats.update(
-                {
-                    "loss/policy": float(pg_loss),
-                    "loss/value": float(v_loss),
-                    "loss/total": float(loss),
-                    "policy/entropy": float(entropy),
-                    "policy/approx_kl": float(masked_mean((ratio - 1) - log_ratio)),
-                    "policy/clipfrac": float(masked_mean(((ratio - 1).abs() > cfg.clip_range).float())),
-                }
-            )
-        return loss, stats
+            clipped = ppo_loss.masked_mean(((ratio - 1).abs() > cfg.clip_range).float(), mask)
+            approx_kl = ppo_loss.approx_kl(ratio, log_ratio, mask)
+        named = {"loss/policy": pg_loss, "loss/value": v_loss, "loss/total": loss, "policy/entropy": entropy}
+        named |= {"policy/approx_kl": approx_kl, "policy/clipfrac": clipped}
+        return loss, stats | {key: float(value.detach()) for key, value in named.items()}
 
     # ---------------------------------------------------------------------------------- step
     def step(
@@ -398,24 +309,22 @@ class PPOAgent:
         rewards: Sequence[float] | torch.Tensor,
         response_masks: Sequence[torch.Tensor] | None = None,
     ) -> dict[str, float]:
-        """One PPO update on hand-made samples (the classic TRL <= 0.11 entry point).
-
-        Args:
-            queries: 1-D token tensors, the contexts.
-            responses: 1-D token tensors the model generated after each query.
-            rewards: one scalar per sample; it sits on the last unmasked response token.
-            response_masks: 1-D 0/1 tensors per response, 0 marking text the model did not
-                write (a tool's output inside the response): context only, no loss, and GAE
-                carries the bootstrap across it.
-        """
-        return self.update(Trajectories.from_samples(queries, responses, rewards, response_masks, self.tokenizer))
+        """One PPO update on hand-made samples (the classic TRL <= 0.11 entry point), the engine
+        synced after it (the next turns a loop generates come from the new weights): 1-D token
+        tensors of the ``queries`` (context) and the ``responses`` the model generated after them,
+        a reward per sample (on its last unmasked response token), and optional 0/1
+        ``response_masks``, 0 marking text the model did not write (a tool's output inside the
+        response): context only, no loss, and GAE carries the bootstrap across it."""
+        metrics = self.update(Trajectories.from_samples(queries, responses, rewards, response_masks, self.tokenizer))
+        self.sync_engine()
+        return metrics
 
     # --------------------------------------------------------------------------------- learn
     def learn(
         self,
         envs: gym.Env | VectorEnv,
         total_episodes: int,
-        callbacks: Iterable[Callback] = (),
+        callbacks: Iterable[CallbackLike] = (),
         log_dir: str | os.PathLike | None = None,
         checkpoint_dir: str | os.PathLike | None = None,
         resume_from: str | os.PathLike | None = None,
@@ -425,50 +334,60 @@ class PPOAgent:
 
         ``callbacks`` (``lmgym.agents.callbacks``): plain callables ``cb(agent, metrics)`` called
         after every update, or objects with any of ``on_collect(agent, batch)``,
-        ``on_update(agent, metrics)`` and ``on_checkpoint(agent, path)``; returning ``False``
-        stops training. Metrics go to ``log_dir`` (``metrics.csv``, and TensorBoard when
-        installed); checkpoints to ``checkpoint_dir`` every ``config.run.checkpoint_every``
-        updates and at the end; ``resume_from`` continues a checkpoint.
+        ``on_update(agent, metrics)``, ``on_checkpoint(agent, path)`` and ``on_learn_end(agent,
+        error)``; returning ``False`` stops training. Metrics go to ``log_dir`` (``metrics.csv``,
+        and TensorBoard when installed); checkpoints to ``checkpoint_dir`` every
+        ``config.run.checkpoint_every`` updates and at the end; ``resume_from`` continues a checkpoint.
         """
         if total_episodes < 1:
             raise ValueError(f"total_episodes must be >= 1, got {total_episodes}")
-        callbacks = list(callbacks)
+        user = list(callbacks)
         if resume_from is not None:
             resumed = self.load_training_state(resume_from, envs)
             if self.accelerator.is_main_process:
                 print(f"resumed from {resumed} (update {self.num_updates}, {self.num_episodes} episodes)")
-        own = run_callbacks(self, envs, total_episodes, callbacks, log_dir, checkpoint_dir, progress_bar)
+        everything = user + run_callbacks(self, envs, total_episodes, user, log_dir, checkpoint_dir, progress_bar)
+        sizes = batch_sizes(
+            self.num_episodes, total_episodes, self.config.episodes_per_update, self.config.group_size or 1
+        )
         overlapped = self.config.rollout.overlap_update
-        batches = overlapped_batches(self, envs, total_episodes) if overlapped else self.batches(envs, total_episodes)
+        error: BaseException | None = None
         try:
-            for batch, collect_time in batches:
-                if not self.learn_step(batch, collect_time, total_episodes, callbacks, own):
+            for batch, seconds in self.overlapped_batches(envs, sizes) if overlapped else self.batches(envs, sizes):
+                if not self.learn_step(batch, seconds, total_episodes, everything, synced=not overlapped):
                     break
+        except BaseException as e:
+            error = e
+            raise
         finally:  # metrics written so far are flushed, the bar closed, even when an env fails
-            for cb in own:
-                cb.close()
+            fire(everything, "on_learn_end", self, error)
         return self
 
-    def batches(self, envs: gym.Env | VectorEnv, total_episodes: int) -> Iterator[tuple[Trajectories, float]]:
-        """``learn``'s batches, each collected when the update before it is done, with its seconds
-        (``overlapped_batches`` collects the next during the update)."""
-        while self.num_episodes < total_episodes:
+    def batches(self, envs: gym.Env | VectorEnv, sizes: Iterator[int]) -> Batches:
+        """``learn``'s batches, each collected when the update before it is done, with its seconds."""
+        for n in sizes:
             started = time.perf_counter()
-            batch = self.collect(envs, batch_size(self, total_episodes, self.num_episodes))
+            batch = self.collect(envs, n)
             yield batch, time.perf_counter() - started
 
-    def learn_step(self, batch: Trajectories, collect_time: float, total: int, callbacks: list, own: list) -> bool:
-        """One update of ``learn`` on ``batch``, with the callbacks; ``False`` when one says stop."""
+    def overlapped_batches(self, envs: gym.Env | VectorEnv, sizes: Iterator[int]) -> Batches:
+        """``learn``'s batches with the overlapped update (``lmgym.agents.overlap``): each next one
+        collected during the update before it, by the collector with an engine of its own, from the
+        weights of the moment (``version``), unscored (``update`` scores it, in this thread)."""
+        return overlapped(self.rollout, envs, sizes, self.config.group_size or 1, lambda: self.num_updates)
+
+    def learn_step(self, batch: Trajectories, collect_time: float, total: int, callbacks: list, synced: bool) -> bool:
+        """One update of ``learn`` on ``batch``, then the engine synced (``synced``; the overlapped
+        update syncs its own) and the callbacks told; ``False`` when one says stop."""
         if fire(callbacks, "on_collect", self, batch) is False:
             return False
         self.anneal_learning_rate(total)
         metrics = self.update(batch)
+        if synced:
+            self.sync_engine()
         self.num_episodes += len(batch)
         metrics.update({"time/collect": collect_time, "env/episodes": self.num_episodes})
-        stop = fire(callbacks, "on_update", self, metrics) is False  # a callback may add metrics
-        for cb in own:
-            cb.after_update(self, batch, metrics, last=stop or self.num_episodes >= total)
-        return not stop
+        return fire(callbacks, "on_update", self, metrics) is not False
 
     def anneal_learning_rate(self, total_episodes: int) -> None:
         """CleanRL's linear schedule to 0 by episodes done, when ``config.anneal_lr``."""
@@ -477,10 +396,98 @@ class PPOAgent:
                 group["lr"] = self.config.learning_rate * (1 - self.num_episodes / total_episodes)
 
     # ---------------------------------------------------------------------- save and load
-    save = persistence.save
-    save_checkpoint = persistence.save_checkpoint
-    load = classmethod(persistence.load)
-    load_training_state = persistence.load_training_state
+    def state_dict(self) -> dict[str, Any]:
+        """The training state as plain data: optimizer, KL coefficient, counters, the collector's
+        and the global RNGs (the weights are the model's own files)."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "kl_coef": float(self.kl_controller.value),
+            "num_episodes": self.num_episodes,
+            "num_updates": self.num_updates,
+            "rollout": self.rollout.state_dict(),
+            **persistence.rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores ``state_dict``'s data (a checkpoint of an earlier release keeps its seed RNG at the top)."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.kl_controller.value = float(state["kl_coef"])
+        self.num_episodes, self.num_updates = int(state["num_episodes"]), int(state["num_updates"])
+        self.rollout.load_state_dict(state.get("rollout") or {"seed_rng": state["seed_rng"]})
+        persistence.set_rng_state(state)
+
+    def parts(self, manifest: dict[str, Any] | None = None, training_state: bool = False) -> dict[str, Any]:
+        """What a save writes (``lmgym.agents.persistence.write``): the model, tokenizer, value head,
+        config, reference model, the manifest (the base of adapters, and ``manifest``'s entries:
+        how the env was wrapped) and, with ``training_state``, ``state_dict()``."""
+        model: Any = self.model
+        base = model.get_base_model().name_or_path if self.is_peft else None
+        info = persistence.manifest(base, self.is_peft, self.tokenizer.vocab_size, manifest)
+        return {
+            "model": self.model,
+            "tokenizer": self.tokenizer,
+            "value_head": self.value_head.state_dict(),
+            "config": self.config.to_dict(),
+            "manifest": info,
+            "ref_model": self.ref_model,
+            "training_state": self.state_dict() if training_state else None,
+        }
+
+    def save(self, path: str | os.PathLike, training_state: bool = False, manifest: dict | None = None) -> None:
+        """Writes the model (``from_pretrained``-loadable; for LoRA, the adapters), tokenizer, value
+        head, config and a manifest (``lmgym_model.json``); with ``training_state``, also what
+        ``learn(resume_from=...)`` needs. ``path`` holds the old save or the new one, never half."""
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            persistence.save(path, **self.parts(manifest, training_state))
+
+    def save_checkpoint(self, checkpoint_dir: str | os.PathLike, envs: Any = None) -> Path:
+        """Writes ``checkpoint_dir/update-NNNNNN`` (model, optimizer, counters, RNGs, and a manifest
+        written last) and points ``checkpoint_dir/last`` at it (``lmgym.agents.checkpoints``)."""
+        name = f"update-{self.num_updates:06d}"
+        self.accelerator.wait_for_everyone()
+        if not self.accelerator.is_main_process:
+            return Path(checkpoint_dir) / name
+        info = {
+            "num_updates": self.num_updates,
+            "num_episodes": self.num_episodes,
+            "model_signature": model_signature(self.model),
+            "env": self.env_fingerprint(envs),
+        }
+        return persistence.save_checkpoint(checkpoint_dir, name, info, **self.parts(training_state=True))
+
+    def env_fingerprint(self, envs: Any = None) -> dict[str, Any]:
+        """What a checkpoint must share with the run that resumes it: the env id and the tokens."""
+        return persistence.env_fingerprint(env_id_of(envs) if envs is not None else None, self.tokens_fingerprint)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, config: PPOConfig | None = None) -> PPOAgent:
+        """An agent from ``save``: model (base + adapters for LoRA, the base named by the manifest),
+        tokenizer, value head, reference model and config (``config`` instead of the saved one)."""
+        saved = persistence.read(path)
+        agent = cls(
+            saved["model"],
+            tokenizer=saved["tokenizer"],
+            ref_model=saved["ref_model"],
+            config=config or PPOConfig.from_dict(saved["config"]),
+        )
+        agent.value_head.load_state_dict(saved["value_head"])
+        return agent
+
+    def load_training_state(self, path: str | os.PathLike, envs: gym.Env | Any = None) -> Path:
+        """Restores weights, optimizer, KL controller, counters and RNGs from a checkpoint that
+        ``learn`` wrote (``path``: the checkpoint, ``checkpoints/last``, the checkpoints dir or the
+        run dir), after checking that it is complete, undamaged, data only and of this model and
+        env (``checkpoints.CheckpointError`` otherwise). Returns the checkpoint it used."""
+        saved = persistence.read_checkpoint(path, model_signature(self.model), self.env_fingerprint(envs))
+        with fitting(saved["path"]):
+            self.model.load_state_dict(saved["model"])
+            if self.ref_model is not None and saved["ref_model"] is not None:
+                self.ref_model.load_state_dict(saved["ref_model"])
+            self.value_head.load_state_dict(saved["value_head"])
+            self.load_state_dict(saved["training_state"])
+        self.sync_engine()  # the engine samples with the loaded weights, as their version
+        return saved["path"]
 
     def memory_estimate(self) -> dict[str, float]:
         """Bytes before activations (``lmgym.agents.models.memory_estimate``)."""

@@ -21,7 +21,7 @@ from lmgym.agents.policy import token_logprobs
 from lmgym.agents.trajectories import Episode, episode_record, pad_batch
 
 if TYPE_CHECKING:
-    from lmgym.agents.ppo import PPOAgent
+    from lmgym.agents.learner import Learner
 
 EPISODES_FILE = "episodes.jsonl"
 
@@ -35,7 +35,7 @@ def append_records(path: str | os.PathLike, records: Sequence[dict[str, Any]]) -
 
 
 @torch.no_grad()
-def current_logprobs(agent: PPOAgent, episodes: Sequence[Episode]) -> list[torch.Tensor]:
+def current_logprobs(agent: Learner, episodes: Sequence[Episode]) -> list[torch.Tensor]:
     """Log-probs (T,) of each episode's tokens under the agent's policy as it is now."""
 
     tokens, attention = pad_batch([e.tokens for e in episodes], agent.tokenizer.pad_token_id)
@@ -65,7 +65,7 @@ class EpisodeRecorder:
     def due(self, update: int, last: bool) -> bool:
         return last or update <= 1 or update % self.every == 0
 
-    def record(self, agent: Any, envs: Any, batch: Iterable[Episode] | None, update: int) -> None:
+    def record(self, agent: Learner, envs: Any, batch: Iterable[Episode] | None, update: int) -> None:
         """Appends this update's episodes (``agent``: a ``PPOAgent``): ``batch`` (just trained
         on) and the held-out ones."""
         from lmgym.agents.rollout import EVAL_SEED_OFFSET
@@ -78,7 +78,7 @@ class EpisodeRecorder:
         seeds = [EVAL_SEED_OFFSET + i for i in range(self.n)]
         probe = agent.collect(envs, self.n, group_size=1, seeds=seeds, generation_kwargs={"do_sample": False})
         if agent.config.estimator == "gae":  # group estimators need groups; greedy episodes have none
-            for e, adv in zip(probe, agent.compute_advantages(probe)["advantages"]):
+            for e, adv in zip(probe, agent.compute_advantages(probe).advantages):
                 e.advantages = adv
         records += [episode_record(e, agent.tokenizer, update, "held-out", self.env_id) for e in probe]
         if self.write:

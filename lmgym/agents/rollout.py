@@ -2,10 +2,12 @@
 
 ``RolloutCollector`` plays episodes: in waves over a vector env (``run_episodes``: reset a
 wave of envs, generate a turn for every env still playing, step them all, until every episode
-of the wave is over), or overlapped (``overlapped_episodes``). It reads the env contract
-(tokenizer, stop strings, turn budget) and leaves scoring to the algorithm. ``PPOAgent`` owns
-one and hands it its ``generate``, so an agent that overrides ``generate`` is what every wave
-calls.
+of the wave is over), or overlapped (``overlapped_episodes``). It reads the env contract once per
+env (``EnvContract``: tokenizer, stop strings, turn budget, autoreset mode) and leaves scoring to
+the algorithm. Its engine (``lmgym.agents.engines.Engine``) is the one door for how tokens are
+sampled: wrap it to sample otherwise. It never changes the envs it is given: a single env is
+played through a ``Borrowed`` one-env vector env, a plain ``SyncVectorEnv``'s sub-envs through
+guards of its own (``lmgym.vector.guarded``).
 
 The overlapped rollout plays a ``collect``'s episodes in a ``ConcurrentVectorEnv`` with the HF
 engine's per-row API, without waiting for the slowest env: when an env's turn is generated its
@@ -18,61 +20,100 @@ are the ones the wave-by-wave rollout gives.
 
 from __future__ import annotations
 
+import copy
+import weakref
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector import AutoresetMode, VectorEnv
 
 from lmgym.agents.engines import Engine, Generation, HFEngine, stream_key
 from lmgym.agents.trajectories import Episode, EpisodeBuilder, Trajectories
 from lmgym.core import EnvError
 from lmgym.tokenizers import as_tokenizer
-from lmgym.vector import ConcurrentVectorEnv, Guarded, guard
+from lmgym.vector import Borrowed, ConcurrentVectorEnv, Guarded, guarded
 
 if TYPE_CHECKING:
-    from lmgym.agents.config import PPOConfig
+    from lmgym.agents.config import RolloutConfig
     from lmgym.tokenizers import Tokenizer
 
 EVAL_SEED_OFFSET = 2**30
 """Training episodes draw reset seeds below this; held-out evaluation seeds start here."""
 
-Generate = Callable[..., Sequence[Sequence[int]]]
-"""``generate(contexts, stop_strings, max_new_tokens, keys=None, **generation_kwargs)``: one
-turn per context, as ``Generation``s (with the sampler's log-probs) or plain lists of ids."""
+
+@dataclass(frozen=True)
+class EnvContract:
+    """What the collector reads of an env, once (``RolloutCollector.env_contract``)."""
+
+    stop_strings: tuple[str, ...]
+    """Strings that end a turn (the env's, its tools' closing tags, a chat template's end of turn)."""
+    max_new_tokens: int
+    """The turn budget: ``RolloutConfig.max_new_tokens``, else the env's ``max_action_tokens``."""
+    autoreset: AutoresetMode
+    env_id: str | None
+    """The registered id, named in errors."""
+
+
+@dataclass(frozen=True)
+class Play:
+    """How one ``collect`` plays its episodes: the env contract, the call's generation kwargs,
+    the group size and the policy version tagged on the tokens."""
+
+    contract: EnvContract
+    generation_kwargs: dict[str, Any]
+    group_size: int
+    version: int
 
 
 class RolloutCollector:
     """Plays episodes from Gymnasium envs through a rollout engine.
 
     Args:
-        engine: the rollout engine (``lmgym.agents.engines.Engine``).
+        engine: the rollout engine (``lmgym.agents.engines.Engine``): what samples the tokens.
         tokenizer: the agent's tokenizer (the env's must match it).
-        config: the agent's ``PPOConfig`` (its ``rollout`` group and ``group_size``).
+        rollout: how episodes are played (``PPOConfig.rollout``: budgets, deadlines, the
+            overlapped rollout), read at each collect.
         max_context_tokens: the longest episode context (the model's positions).
-        generate: what generates a turn for a batch of contexts (default: the engine's
-            ``generate``); ``PPOAgent`` passes its own ``generate`` method.
-        rank: the process's rank: training seeds differ by rank.
+        group_size: episodes per task, unless ``collect`` is told otherwise.
+        seed: seeds the training episodes' reset seeds (with ``rank``: they differ by process).
+        rank: the process's rank.
     """
 
     def __init__(
         self,
         engine: Engine,
         tokenizer: Tokenizer,
-        config: PPOConfig,
+        rollout: RolloutConfig,
         max_context_tokens: int = 2048,
-        generate: Generate | None = None,
+        group_size: int = 1,
+        seed: int = 0,
         rank: int = 0,
     ):
-        self.engine, self.tokenizer, self.config = engine, tokenizer, config
-        self.max_context_tokens = int(config.rollout.max_context_tokens or max_context_tokens)
-        self.generate = generate or (lambda *args, **kwargs: self.engine.generate(*args, **kwargs))
-        self.seed_rng = np.random.default_rng([config.seed, rank])
+        self.engine, self.tokenizer, self.rollout, self.group_size = engine, tokenizer, rollout, group_size
+        self.max_context_tokens = int(rollout.max_context_tokens or max_context_tokens)
+        self.seed_rng = np.random.default_rng([seed, rank])
+        self.views: weakref.WeakKeyDictionary[Any, VectorEnv] = weakref.WeakKeyDictionary()
+        self.contracts: weakref.WeakKeyDictionary[Any, EnvContract] = weakref.WeakKeyDictionary()
+
+    def with_engine(self, engine: Engine) -> RolloutCollector:
+        """This collector with another engine (the overlapped update's own), sharing its seeds' RNG."""
+        other = copy.copy(self)
+        other.engine = engine
+        return other
+
+    def state_dict(self) -> dict[str, Any]:
+        """The training seeds' RNG, as plain values."""
+        return {"seed_rng": self.seed_rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.seed_rng.bit_generator.state = state["seed_rng"]
 
     # ------------------------------------------------------------------------------- collect
     def collect(
@@ -82,6 +123,7 @@ class RolloutCollector:
         group_size: int | None = None,
         seeds: Sequence[int] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
+        version: int = 0,
     ) -> Trajectories:
         """Runs ``num_episodes`` episodes and returns them, unscored (``PPOAgent.collect`` scores them).
 
@@ -89,17 +131,17 @@ class RolloutCollector:
             envs: a Gymnasium ``VectorEnv`` (either autoreset mode), or a single env.
             num_episodes: how many episodes.
             group_size: episodes per task: each group of k envs is reset with the same seed
-                (defaults to ``config.group_size``); ``num_envs`` must be a multiple of it.
+                (defaults to the collector's); ``num_envs`` must be a multiple of it.
             seeds: explicit reset seeds, one per task (e.g. held-out evaluation seeds).
-            generation_kwargs: overrides of ``config.rollout.generation_kwargs`` for these
-                episodes (``{"do_sample": False}`` for greedy evaluation).
+            generation_kwargs: overrides of ``rollout.generation_kwargs`` for these episodes
+                (``{"do_sample": False}`` for greedy evaluation).
+            version: the policy version sampling them (updates done), tagged on each action token.
         """
-        vec = as_vector_env(envs)
-        rollout = self.config.rollout
-        guarded = guard(vec, rollout.step_timeout, rollout.on_env_error)
-        before = sum((g.faults for g in guarded), Counter())
-        contract = self.env_contract(vec, generation_kwargs)
-        k = group_size or self.config.group_size or 1
+        vec = self.view(envs)
+        subs = cast(list[Guarded], [e for e in getattr(vec, "envs", []) if isinstance(e, Guarded)])
+        before = sum((g.faults for g in subs), Counter())
+        contract, kwargs = self.env_contract(envs), dict(generation_kwargs or {})
+        k = group_size or self.group_size
         if vec.num_envs % k or num_episodes % k:
             raise ValueError(f"group_size {k} must divide num_envs ({vec.num_envs}) and num_episodes ({num_episodes})")
         task_seeds = list(seeds) if seeds is not None else self.next_seeds(num_episodes // k)
@@ -108,14 +150,15 @@ class RolloutCollector:
         base_key = int(torch.randint(0, 2**62, (1,)))  # episode j samples from stream stream_key(base_key, j)
         episode_seeds = [s for s in task_seeds[: num_episodes // k] for _ in range(k)]
         keys = [stream_key(base_key, j) for j in range(num_episodes)]
-        if self.overlaps(vec, contract):
-            episodes = self.overlapped_episodes(cast(ConcurrentVectorEnv, vec), episode_seeds, keys, contract, k)
+        plays = Play(contract, kwargs, k, version)
+        if self.overlaps(vec, kwargs):
+            episodes = self.overlapped_episodes(cast(ConcurrentVectorEnv, vec), episode_seeds, keys, plays)
         else:
             episodes = []
         while len(episodes) < num_episodes:
             wave = slice(len(episodes), len(episodes) + min(vec.num_envs, num_episodes - len(episodes)))
-            episodes += self.run_episodes(vec, episode_seeds[wave], contract, k, len(episodes) // k, keys[wave])
-        new = sum((g.faults for g in guarded), Counter()) - before
+            episodes += self.run_episodes(vec, episode_seeds[wave], plays, len(episodes) // k, keys[wave])
+        new = sum((g.faults for g in subs), Counter()) - before
         kept = self.drop_failed(episodes)
         faults = {
             "timeouts": new["timeouts"],
@@ -123,6 +166,18 @@ class RolloutCollector:
             "skipped": len(episodes) - len(kept),
         }
         return Trajectories(kept, self.tokenizer, faults)
+
+    def view(self, envs: gym.Env | VectorEnv) -> VectorEnv:
+        """The vector env the collector plays ``envs`` through, made once per env and kept:
+        ``envs`` itself when it guards its sub-envs (a ``ConcurrentVectorEnv``), else a guarded
+        view that leaves it as it is (``lmgym.vector.guarded``; a single env in a one-env
+        ``Borrowed`` vector env, same-step autoreset)."""
+        view = self.views.get(envs)
+        if view is None:
+            timeout, on_error = self.rollout.step_timeout, self.rollout.on_env_error
+            view = guarded(as_vector_env(envs), timeout, on_error)
+            self.views[envs] = view
+        return view
 
     def drop_failed(self, episodes: list[Episode]) -> list[Episode]:
         """The episodes without an env error (``on_env_error="skip"``), whole groups dropped;
@@ -132,7 +187,7 @@ class RolloutCollector:
             return episodes
         groups = {e.group for e in failed}
         kept = [e for e in episodes if e.group not in groups]
-        limit = self.config.rollout.max_env_errors
+        limit = self.rollout.max_env_errors
         if not kept or len(episodes) - len(kept) > limit * len(episodes):
             raise EnvError(
                 f"{len(episodes) - len(kept)} of {len(episodes)} episodes dropped for env errors, more than "
@@ -141,11 +196,16 @@ class RolloutCollector:
         return kept
 
     def next_seeds(self, n: int) -> list[int]:
-        """Fresh training seeds (below ``EVAL_SEED_OFFSET``), reproducible from ``config.seed``."""
+        """Fresh training seeds (below ``EVAL_SEED_OFFSET``), reproducible from the seed."""
         return [int(s) for s in self.seed_rng.integers(0, EVAL_SEED_OFFSET, size=n)]
 
-    def env_contract(self, vec: VectorEnv, generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Reads the env's tokenizer, stop strings and turn budget, and checks the tokenizer."""
+    def env_contract(self, envs: gym.Env | VectorEnv) -> EnvContract:
+        """The env's ``EnvContract``, read and checked once (the tokenizer must be the agent's;
+        the turn budget must fit the action space)."""
+        contract = self.contracts.get(envs)
+        if contract is not None:
+            return contract
+        vec = as_vector_env(envs)
         env_tok = as_tokenizer(_attr(vec, "tokenizer"))
         mine = self.tokenizer
         if (env_tok.vocab_size, env_tok.eos_token_id) != (mine.vocab_size, mine.eos_token_id):
@@ -154,35 +214,28 @@ class RolloutCollector:
                 f"match the agent's (vocab_size={mine.vocab_size}, eos={mine.eos_token_id}): make the env with "
                 "tokenizer=agent.tokenizer"
             )
-        space = vec.single_action_space
-        max_tokens = int(_attr(vec, "max_action_tokens", getattr(space, "max_length", 64)))
-        budget = self.config.rollout.max_new_tokens
+        max_tokens = int(_attr(vec, "max_action_tokens", getattr(vec.single_action_space, "max_length", 64)))
+        budget = self.rollout.max_new_tokens
         if budget is not None and budget > max_tokens:
             raise ValueError(f"max_new_tokens={budget} is more than the env's max_action_tokens={max_tokens}")
-        return {
-            "stop_strings": tuple(_attr(vec, "stop_strings", ())),
-            "max_new_tokens": int(budget or max_tokens),
-            "autoreset": vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP),
-            "generation_kwargs": dict(generation_kwargs or {}),
-            "env_id": env_id_of(vec),  # named in errors
-        }
+        contract = self.contracts[envs] = EnvContract(
+            stop_strings=tuple(_attr(vec, "stop_strings", ())),
+            max_new_tokens=int(budget or max_tokens),
+            autoreset=vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP),
+            env_id=env_id_of(vec),
+        )
+        return contract
 
     # ---------------------------------------------------------------------------------- waves
     def run_episodes(
-        self,
-        vec: VectorEnv,
-        seeds: list[int],
-        contract: dict[str, Any],
-        group_size: int = 1,
-        first_group: int = 0,
-        keys: list[int] | None = None,
+        self, vec: VectorEnv, seeds: list[int], play: Play, first_group: int = 0, keys: list[int] | None = None
     ) -> list[Episode]:
         """One wave: resets the first ``len(seeds)`` envs with those seeds and plays each of them
         for one episode, generating in a batch over the envs still playing. Envs whose episode
         is over get a one-token EOS action and their transitions are ignored. ``keys``: each
         episode's sampling stream (drawn from torch's RNG when not given)."""
-        n, k, tok = vec.num_envs, group_size, self.tokenizer
-        with named_vector_errors(contract["env_id"], seeds):
+        n, k, tok, contract = vec.num_envs, play.group_size, self.tokenizer, play.contract
+        with named_vector_errors(contract.env_id, seeds):
             obs, _ = vec.reset(seed=cast(Any, seeds + [None] * (n - len(seeds))))  # one seed per sub-env
         builders = [
             EpisodeBuilder(tok.encode(obs[i]) or [tok.eos_token_id], seeds[i], first_group + i // k)
@@ -191,17 +244,17 @@ class RolloutCollector:
         live = list(range(len(seeds)))
         idle = np.array([tok.eos_token_id], dtype=np.int64)
         for b in builders:
-            self.check_prompt(b, contract["max_new_tokens"])
+            self.check_prompt(b, contract.max_new_tokens)
         keys = keys or torch.randint(0, 2**62, (len(seeds),)).tolist()
         self.engine.reset()  # a new wave: no cached keys/values carry over
-        same_step = contract["autoreset"] == AutoresetMode.SAME_STEP
+        same_step = contract.autoreset == AutoresetMode.SAME_STEP
         while live:
-            turns = self.turns([builders[i].tokens for i in live], [keys[i] for i in live], contract)
+            turns = self.turns([builders[i].tokens for i in live], [keys[i] for i in live], play)
             batch = [idle] * n
             actions = {i: list(turn.tokens or [tok.eos_token_id]) for i, turn in zip(live, turns)}  # as sampled
             for i, action in actions.items():
                 batch[i] = np.array(action, dtype=np.int64)
-            with named_vector_errors(contract["env_id"], seeds):
+            with named_vector_errors(contract.env_id, seeds):
                 obs, rewards, terminated, truncated, infos = vec.step(tuple(batch))
             for i, turn in zip(list(live), turns):
                 ended = bool(terminated[i] or truncated[i])
@@ -210,12 +263,12 @@ class RolloutCollector:
                 args = (rewards[i], terminated[i], truncated[i], info, final, contract)
                 if self.record_turn(builders[i], turn, actions[i], *args) is None:
                     live.remove(i)
-        return [b.build() for b in builders]
+        return [b.build(play.version) for b in builders]
 
-    def turns(self, contexts: list[list[int]], keys: list[int], contract: dict[str, Any]) -> list[Generation]:
-        """One turn per context through ``generate``, as ``Generation``s."""
-        stops, budget = contract["stop_strings"], contract["max_new_tokens"]
-        out = self.generate(contexts, stops, budget, keys=keys, **contract["generation_kwargs"])
+    def turns(self, contexts: list[list[int]], keys: list[int], play: Play) -> list[Generation]:
+        """One turn per context through the engine, as ``Generation``s."""
+        stops, budget = play.contract.stop_strings, play.contract.max_new_tokens
+        out = self.engine.generate(contexts, stops, budget, keys=keys, **play.generation_kwargs)
         return [g if isinstance(g, Generation) else Generation(g) for g in out]
 
     def record_turn(
@@ -228,7 +281,7 @@ class RolloutCollector:
         truncated: bool,
         info: dict[str, Any],
         obs: str,
-        contract: dict[str, Any],
+        contract: EnvContract,
     ) -> list[int] | None:
         """Adds one step to ``builder``; ``obs`` is the next observation (the final one when the
         episode ended). Returns the observation's ids when the episode goes on, else ``None``."""
@@ -250,7 +303,7 @@ class RolloutCollector:
                     builder.add_observation(final)
             return None
         ids = self.tokenizer.encode(obs)
-        if len(builder.tokens) + len(ids) + contract["max_new_tokens"] > limit:  # the next turn would not fit
+        if len(builder.tokens) + len(ids) + contract.max_new_tokens > limit:  # the next turn would not fit
             builder.truncated = True
             builder.add_observation(ids[: max(0, limit - len(builder.tokens))])
             return None
@@ -265,27 +318,27 @@ class RolloutCollector:
             )
 
     # ----------------------------------------------------------------------------- overlapped
-    def overlaps(self, vec: VectorEnv, contract: dict[str, Any]) -> bool:
-        """Whether ``collect`` overlaps generation with env steps here: ``config.rollout.overlap``,
-        a ``ConcurrentVectorEnv``, and the HF engine's own decode loop (lean generation kwargs)."""
-        kwargs = {**self.config.rollout.sampling_kwargs, **contract["generation_kwargs"]}
+    def overlaps(self, vec: VectorEnv, generation_kwargs: dict[str, Any]) -> bool:
+        """Whether ``collect`` overlaps generation with env steps here: ``rollout.overlap``, a
+        ``ConcurrentVectorEnv``, and the HF engine's own decode loop (lean generation kwargs)."""
+        kwargs = {**self.rollout.sampling_kwargs, **generation_kwargs}
         return (
-            self.config.rollout.overlap
+            self.rollout.overlap
             and isinstance(vec, ConcurrentVectorEnv)
             and isinstance(self.engine, HFEngine)
             and HFEngine.lean(kwargs)
         )
 
     def overlapped_episodes(
-        self, vec: ConcurrentVectorEnv, seeds: list[int], keys: list[int], contract: dict[str, Any], group_size: int = 1
+        self, vec: ConcurrentVectorEnv, seeds: list[int], keys: list[int], play: Play
     ) -> list[Episode]:
         """Plays one episode per seed (episode j: ``seeds[j]``, group ``j // group_size``, sampling
         stream ``keys[j]``) in ``vec``'s sub-envs, without waves: each env's reset and steps run in
         ``vec``'s thread pool as soon as they can, an env that ends its episode starts the next one,
         and the engine decodes for every env that is ready. Returns the episodes in seed order."""
         engine = cast(HFEngine, self.engine)
-        tok, budget, stops = self.tokenizer, contract["max_new_tokens"], contract["stop_strings"]
-        kwargs = {**self.config.rollout.sampling_kwargs, **contract["generation_kwargs"]}
+        tok, budget, stops = self.tokenizer, play.contract.max_new_tokens, play.contract.stop_strings
+        kwargs = {**self.rollout.sampling_kwargs, **play.generation_kwargs}
         envs = cast(list[Guarded], vec.envs)  # their steps run here, not through vec.step
         todo = deque(range(len(seeds)))  # episodes not started
         playing: list[int] = [-1] * len(envs)  # the episode each row (env) plays
@@ -314,14 +367,14 @@ class RolloutCollector:
                     if turn is None:  # a reset: a new episode in this row, its old keys/values masked out
                         obs, _ = future.result()
                         b = builders[j] = EpisodeBuilder(
-                            tok.encode(obs) or [tok.eos_token_id], seeds[j], j // group_size
+                            tok.encode(obs) or [tok.eos_token_id], seeds[j], j // play.group_size
                         )
                         self.check_prompt(b, budget)
                         engine.forget(r)
                         ready[r] = list(b.tokens)
                         continue
                     obs, reward, terminated, truncated, info = future.result()
-                    args = (reward, terminated, truncated, plain_info(info), obs, contract)
+                    args = (reward, terminated, truncated, plain_info(info), obs, play.contract)
                     ids = self.record_turn(builders[j], turn, list(turn.tokens), *args)
                     if ids is None:
                         start(r)
@@ -332,7 +385,7 @@ class RolloutCollector:
                         engine.begin(r, ids, keys[playing[r]])
                     ready.clear()
                 engine.flush()
-        return [builders[j].build() for j in range(len(seeds))]
+        return [builders[j].build(play.version) for j in range(len(seeds))]
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -360,15 +413,12 @@ def plain_info(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def as_vector_env(envs: gym.Env | VectorEnv) -> VectorEnv:
-    """A vector env as is; a single env wrapped in a one-env ``SyncVectorEnv`` (SAME_STEP)."""
+    """A vector env as is; a single env in a one-env ``Borrowed`` vector env (SAME_STEP), which
+    leaves the env open when it is closed or dropped."""
     if isinstance(envs, VectorEnv):
         return envs
     if isinstance(envs, gym.Env):
-        vec = getattr(envs, "_lmgym_vector", None)  # kept: a dropped vector env would close the user's env
-        if vec is None:
-            vec = SyncVectorEnv([lambda: envs], autoreset_mode=AutoresetMode.SAME_STEP)
-            envs._lmgym_vector = vec  # type: ignore[attr-defined]
-        return vec
+        return Borrowed([lambda: envs], autoreset_mode=AutoresetMode.SAME_STEP)
     raise TypeError(f"expected a gymnasium Env or VectorEnv, got {type(envs).__name__}")
 
 
@@ -416,4 +466,4 @@ def _plain(x: Any) -> Any:
     return x.item() if isinstance(x, np.generic) else x
 
 
-__all__ = ["EVAL_SEED_OFFSET", "RolloutCollector", "as_vector_env", "env_id_of", "plain_info"]
+__all__ = ["EVAL_SEED_OFFSET", "EnvContract", "RolloutCollector", "as_vector_env", "env_id_of", "plain_info"]

@@ -37,7 +37,7 @@ class Episode:
         sampler_logprobs: (T,) an inexact engine's log-probs (vLLM), or a stale batch's (the
             overlapped update's), for importance correction.
         versions: (T,) the policy version (updates done) that sampled each action token; -1
-            off actions. ``None`` until ``PPOAgent.collect`` tags it.
+            off actions (``None``: unknown, e.g. a hand-made sample).
     """
 
     tokens: torch.Tensor
@@ -136,11 +136,13 @@ class EpisodeBuilder:
             if kept is not None:
                 kept += [0.0] * len(ids)
 
-    def build(self) -> Episode:
+    def build(self, version: int | None = None) -> Episode:
+        """The episode; ``version``: the policy version that sampled its actions (``Episode.versions``)."""
         known = {k: None if v is None else torch.tensor(v) for k, v in self.per_token.items()}
+        mask = torch.tensor(self.mask)
         return Episode(
             torch.tensor(self.tokens),
-            torch.tensor(self.mask),
+            mask,
             self.turn_ends,
             self.rewards,
             self.seed,
@@ -151,6 +153,7 @@ class EpisodeBuilder:
             logprobs=known["logprobs"],
             values=known["values"],
             sampler_logprobs=known["sampler_logprobs"],
+            versions=None if version is None else torch.where(mask, version, -1),
         )
 
 

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 
 import lmgym
 from lmgym.cli import envs, evaluate, export, train, view
-from lmgym.cli.options import RunError, UsageError, import_env_module, parse_kwargs
+from lmgym.cli.errors import RunError, UsageError
+from lmgym.cli.options import import_env_module
+from lmgym.cli.spec import parse_kwargs
 
 
 def build_parser() -> argparse.ArgumentParser:

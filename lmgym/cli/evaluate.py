@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+from lmgym.cli.errors import Interrupted, RunError, UsageError, failure_line
 from lmgym.cli.options import (
-    Interrupted,
-    RunError,
-    UsageError,
     add_model_flags,
     add_tools_flag,
     check_inputs,
     close_within,
-    failure_line,
     make_env,
-    parse_kwargs,
     table,
     with_tools,
 )
 from lmgym.cli.session import check_chat_template, make_agent, make_envs, quiet_transformers, set_threads
+from lmgym.cli.spec import RunSpec
 
 
 def add_parser(sub: Any) -> None:
@@ -43,9 +41,10 @@ def add_parser(sub: Any) -> None:
 def evaluate_command(args: argparse.Namespace) -> None:
     """``lmgym eval``: a failure after the input is checked (an env that raises, a model that does
     not load) is one line, its traceback in a temporary file."""
-    check_inputs(args)
+    spec = RunSpec.from_args(args)
+    check_inputs(spec)
     try:
-        evaluate_model(args)
+        evaluate_model(spec)
     except (UsageError, RunError):
         raise
     except KeyboardInterrupt as e:
@@ -62,37 +61,49 @@ def temporary_log() -> Path:
     return Path(name)
 
 
-def evaluate_model(args: argparse.Namespace) -> None:
-    from lmgym.agents.config import PPOConfig
-
-    if not os.path.exists(args.model):
-        raise UsageError(f"--model {args.model!r} does not exist")
-    from lmgym.agents.evaluation import evaluate
-
-    set_threads(None)
-    quiet_transformers()
+def as_trained(spec: RunSpec) -> RunSpec:
+    """The spec with how the model was trained (its manifest: chat template, system message,
+    tools, env arguments) where the command line did not say otherwise; the env arguments
+    checked as ``--env-arg``s are."""
     from lmgym.agents.models import read_manifest
 
+    assert spec.model is not None
     try:
-        manifest = read_manifest(args.model)  # how the model was trained: its chat template, system message, tools
+        manifest = read_manifest(spec.model)
     except ValueError as e:
         raise UsageError(f"--model: {e}") from e
-    args.chat_template = args.chat_template or bool(manifest.get("chat_template"))
-    args.system = args.system if args.system is not None else manifest.get("system")
-    args.tools = args.tools or manifest.get("tools")  # the tools it was trained with
-    env_kwargs = {**manifest.get("env_kwargs", {}), **parse_kwargs(args.env_arg)}  # --env-arg overrides
-    close_within(with_tools(make_env(args.env_id, **env_kwargs), args.tools))  # the manifest's, checked as flags are
-    agent = make_agent(args, PPOConfig(seed=args.seed), env_kwargs)
-    check_chat_template(args, agent.tokenizer)
-    envs = make_envs(args, min(args.num_envs, args.episodes), agent.tokenizer, env_kwargs)
-    if not args.json:
-        wrapped = [f"tools {args.tools}"] * bool(args.tools) + ["its chat template"] * bool(args.chat_template)
-        print(f"{args.env_id}{' with ' + ' and '.join(wrapped) if wrapped else ''}, {env_kwargs or 'no env args'}")
-    results = {"greedy": evaluate(agent, envs, args.episodes, greedy=True, progress=True)[0]}
-    if args.sampled:
-        results["sampled"] = evaluate(agent, envs, args.episodes, greedy=False, progress=True)[0]
-    if args.json:
-        print(json.dumps({**results["greedy"], **({"sampled": results["sampled"]} if args.sampled else {})}))
+    spec = dataclasses.replace(
+        spec,
+        chat_template=spec.chat_template or bool(manifest.get("chat_template")),
+        system=spec.system if spec.system is not None else manifest.get("system"),
+        tools=spec.tools or manifest.get("tools"),
+        env_kwargs={**manifest.get("env_kwargs", {}), **spec.env_kwargs},  # --env-arg overrides
+    )
+    close_within(with_tools(make_env(spec.env_id, **spec.env_kwargs), spec.tools))
+    return spec
+
+
+def evaluate_model(spec: RunSpec) -> None:
+    from lmgym.agents.config import PPOConfig
+    from lmgym.agents.evaluation import evaluate
+
+    assert spec.model is not None and spec.episodes is not None
+    if not os.path.exists(spec.model):
+        raise UsageError(f"--model {spec.model!r} does not exist")
+    set_threads(None)
+    quiet_transformers()
+    spec = dataclasses.replace(as_trained(spec), config=PPOConfig(seed=spec.seed))
+    agent = make_agent(spec)
+    check_chat_template(spec, agent.tokenizer)
+    envs = make_envs(spec, min(spec.num_envs, spec.episodes), agent.tokenizer)
+    if not spec.json:
+        wrapped = [f"tools {spec.tools}"] * bool(spec.tools) + ["its chat template"] * bool(spec.chat_template)
+        print(f"{spec.env_id}{' with ' + ' and '.join(wrapped) if wrapped else ''}, {spec.env_kwargs or 'no env args'}")
+    results = {"greedy": evaluate(agent, envs, spec.episodes, greedy=True, progress=True)[0]}
+    if spec.sampled:
+        results["sampled"] = evaluate(agent, envs, spec.episodes, greedy=False, progress=True)[0]
+    if spec.json:
+        print(json.dumps({**results["greedy"], **({"sampled": results["sampled"]} if spec.sampled else {})}))
         return
     rows = [
         [name, f"{s['success']:.1%}", f"{s['tool_rate']:.1%}", f"{s['mean_return']:.3f}", str(s["episodes"])]

@@ -8,46 +8,15 @@ import dataclasses
 import difflib
 import json
 import os
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from lmgym.cli.errors import UsageError
+from lmgym.cli.spec import parse_kwargs
 
-class UsageError(Exception):
-    """Bad input from the command line: printed as one line, exit status 2."""
-
-
-class RunError(Exception):
-    """A run that failed after it started (an env that raised): printed as one line, exit status 1."""
-
-    status = 1
-    said = "failed"
-
-
-class Interrupted(RunError):
-    """A run stopped by Ctrl-C (``KeyboardInterrupt``): one line, exit status 130."""
-
-    status = 130
-    said = "interrupted"
-
-
-def failure_line(error: BaseException, log: Any, more: str = "") -> str:
-    """One line for a failure whose traceback is written to ``log`` (a path): an ``EnvError``'s
-    own message (it names its env), else the error's type and first line; ``more`` is added in the
-    parentheses that say where the traceback is."""
-    import traceback
-
-    from lmgym.core import EnvError
-    from lmgym.storage import write_aside
-
-    said = str(error).strip().splitlines()[0][:400] if str(error).strip() else ""
-    line = said if isinstance(error, EnvError) else f"{type(error).__name__}{f': {said}' if said else ''}"
-    try:
-        write_aside(log, "".join(traceback.format_exception(error)))
-    except OSError as e:  # a full disk, say
-        return f"{line} (its traceback could not be written to {log}: {e.strerror or e}{more})"
-    return f"{line} (traceback in {log}{more})"
+if TYPE_CHECKING:
+    from lmgym.cli.spec import RunSpec
 
 
 def import_env_module(env_id: str) -> tuple[str, str | None]:
@@ -100,22 +69,6 @@ def close_within(env: gym.Env, seconds: float = 10.0) -> None:
         pass
 
 
-def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:
-    """``["max_digits=2", "operators=+-"]`` -> ``{"max_digits": 2, "operators": "+-"}``."""
-    import ast
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"env argument {item!r} is not KEY=VALUE")
-        try:
-            out[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            out[key] = value
-    return out
-
-
 def add_tools_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tools",
@@ -151,17 +104,31 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", default=None, help="system message for --chat-template")
 
 
-SKIPPED_FIELDS = ("seed", "estimator", "generation_kwargs", "peft_config")
-"""PPOConfig settings with flags of their own (``--seed``, ``--estimator``, ``--generation-kwargs``, ``--lora``)."""
+def add_ray_flags(p: argparse.ArgumentParser) -> None:
+    """``--ray``, ``--env-workers``, ``--env-worker-cpus``: the envs in Ray actors."""
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
+        help="run on Ray: join the cluster at ADDRESS (auto: the one running here), or start a local one",
+    )
+    p.add_argument("--env-workers", type=int, default=0, help="Ray actors that hold the envs (0: threads here)")
+    p.add_argument(
+        "--env-worker-cpus",
+        type=float,
+        default=None,
+        help="CPUs each env actor holds while it runs (default: Ray's own, one to be placed and none while it runs)",
+    )
 
 
 def add_config_flags(p: argparse.ArgumentParser) -> None:
-    """A flag per ``PPOConfig`` setting, under its flat name (``--overlap-rollout``, ``--engine``)."""
-    from lmgym.agents.config import flat_fields
+    """A flag per ``PPOConfig`` setting (``lmgym.cli.spec.config_flags``: ``--overlap-rollout``,
+    ``--engine``, ``--step-timeout``, ...); ``RunSpec.from_args`` reads them back by setting."""
+    from lmgym.cli.spec import config_flags
 
-    for name, field, default in flat_fields():
-        if name in SKIPPED_FIELDS:
-            continue
+    for name, path, field, default in config_flags():
         switch = "bool" in str(field.type)  # --gradient-checkpointing alone means true
         extra: dict[str, Any] = {"nargs": "?", "const": True} if switch else {}
         kind = " (JSON)" if str(field.type).startswith("dict") else ""
@@ -171,14 +138,9 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
             metavar=name.upper(),
             type=_field_type(field),
             default=None,
-            help=f"PPOConfig {name}{kind} (default: {default})".replace("%", "%%"),
+            help=f"PPOConfig {'.'.join(path)}{kind} (default: {default})".replace("%", "%%"),
             **extra,
         )
-
-
-def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``PPOConfig`` settings given on the command line, under their flat names."""
-    return {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
 
 
 def _field_type(field: dataclasses.Field) -> Any:
@@ -194,36 +156,36 @@ def _field_type(field: dataclasses.Field) -> Any:
     return str
 
 
-def check_inputs(args: argparse.Namespace) -> None:
-    """Bad input fails here, in one line, before torch is even imported."""
+def check_inputs(spec: RunSpec) -> None:
+    """Bad input fails here, in one line, before torch is even imported: the env and its
+    arguments, the tools, the numbers, the config flags, the paths, a checkpoint to resume."""
     from lmgym.agents.checkpoints import CheckpointError, resolve, verify
+    from lmgym.agents.config import PPOConfig
+    from lmgym.cli.spec import nested
 
-    env = make_env(args.env_id, **parse_kwargs(args.env_arg))  # a bad --env-arg fails here
-    close_within(with_tools(env, getattr(args, "tools", None)))  # a bad --tools fails here too
-    least_values = [("episodes", 1), ("num_envs", 1), ("eval_episodes", 1), ("threads", 1), ("eval_every", 0)]
-    for flag, least in least_values + [("env_workers", 0), ("env_worker_cpus", 0)]:
-        value = getattr(args, flag, None)
-        if value is not None and not least <= value < float("inf"):
-            raise UsageError(f"--{flag.replace('_', '-')} must be at least {least}, got {value}")
-    if getattr(args, "stop_at_success", None) is not None and not 0 <= args.stop_at_success <= 1:
-        raise UsageError(f"--stop-at-success must be a success rate in [0, 1], got {args.stop_at_success}")
-    if getattr(args, "warmstart_steps", None) is not None and args.warmstart_steps < 0:
-        raise UsageError(f"--warmstart-steps must be at least 0, got {args.warmstart_steps}")
-    kwargs = getattr(args, "generation_kwargs", None)
-    if kwargs is not None and not isinstance(kwargs, dict):
-        raise UsageError(f"--generation-kwargs must be a JSON object, got {json.dumps(kwargs):.80}")
-    if (
-        args.model is not None
-        and not os.path.exists(args.model)
-        and (os.sep in args.model or args.model.startswith("."))
-    ):
-        raise UsageError(f"--model {args.model!r} does not exist")
-    out = getattr(args, "out", None)
-    if out is not None and os.path.exists(out) and not os.path.isdir(out):
-        raise UsageError(f"--out {out!r} is a file, not a directory")
-    if getattr(args, "resume", None) is not None:
+    close_within(with_tools(make_env(spec.env_id, **spec.env_kwargs), spec.tools))  # a bad --env-arg or --tools
+    least = [("episodes", 1), ("num_envs", 1), ("eval_episodes", 1), ("threads", 1), ("eval_every", 0)]
+    for flag, low in least + [("env_workers", 0), ("env_worker_cpus", 0)]:
+        value = getattr(spec, flag)
+        if value is not None and not low <= value < float("inf"):
+            raise UsageError(f"--{flag.replace('_', '-')} must be at least {low}, got {value}")
+    if spec.stop_at_success is not None and not 0 <= spec.stop_at_success <= 1:
+        raise UsageError(f"--stop-at-success must be a success rate in [0, 1], got {spec.stop_at_success}")
+    if spec.warmstart_steps is not None and spec.warmstart_steps < 0:
+        raise UsageError(f"--warmstart-steps must be at least 0, got {spec.warmstart_steps}")
+    if spec.generation_kwargs is not None and not isinstance(spec.generation_kwargs, dict):
+        raise UsageError(f"--generation-kwargs must be a JSON object, got {json.dumps(spec.generation_kwargs):.80}")
+    try:
+        PPOConfig(**nested(spec.settings))  # a bad config flag (--step-timeout inf, --engine-kwargs '[1]')
+    except (TypeError, ValueError) as e:
+        raise UsageError(str(e)) from e
+    if spec.model is not None and not os.path.exists(spec.model) and (os.sep in spec.model or spec.model[:1] == "."):
+        raise UsageError(f"--model {spec.model!r} does not exist")
+    if spec.command == "train" and spec.out.exists() and not spec.out.is_dir():
+        raise UsageError(f"--out {str(spec.out)!r} is a file, not a directory")
+    if spec.resume is not None:
         try:
-            verify(resolve(args.resume))  # complete and undamaged, before any model is built
+            verify(resolve(spec.resume))  # complete and undamaged, before any model is built
         except CheckpointError as e:
             raise UsageError(f"--resume: {e}") from e
 
@@ -241,13 +203,14 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 __all__ = [
     "UsageError",
     "add_config_flags",
+    "add_ray_flags",
     "add_model_flags",
     "add_tools_flag",
     "check_env_id",
     "import_env_module",
     "with_tools",
     "check_inputs",
-    "config_overrides",
+    "close_within",
     "lmgym_ids",
     "make_env",
     "parse_kwargs",

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import os
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from lmgym.cli.options import UsageError
 from lmgym.storage import remove
+
+if TYPE_CHECKING:
+    from lmgym.cli.spec import RunSpec
 
 RUN_FILES = (
     "model",
@@ -28,11 +30,11 @@ RUN_FILES = (
 """What ``lmgym train`` writes to ``--out``: a directory holding any of these holds a run."""
 
 
-def claim_run_dir(args: argparse.Namespace) -> IO[str]:
+def claim_run_dir(spec: RunSpec) -> IO[str]:
     """Locks ``--out`` for this run (a second ``lmgym train`` on it is refused) and refuses to
     write over a run there unless ``--resume`` continues it or ``--overwrite`` replaces it.
     Returns the open lock file, held until the process ends."""
-    out = Path(args.out)
+    out = spec.out
     try:
         out.mkdir(parents=True, exist_ok=True)
         fd = os.open(out / ".lmgym.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # a link: refused
@@ -46,7 +48,7 @@ def claim_run_dir(args: argparse.Namespace) -> IO[str]:
         raise UsageError(f"another lmgym train is writing to {str(out)!r}: wait for it, or use another --out") from e
     existing = [name for name in RUN_FILES if (out / name).exists() or (out / name).is_symlink()]
     links = [name for name in existing if (out / name).is_symlink()]
-    if links and not (args.overwrite and args.resume is None):  # --overwrite removes the link itself
+    if links and not (spec.overwrite and spec.resume is None):  # --overwrite removes the link itself
         lock.close()
         name = links[0]
         why = (
@@ -55,8 +57,8 @@ def claim_run_dir(args: argparse.Namespace) -> IO[str]:
             else "outside the run dir: refused (a run writes only inside its run dir)"
         )
         raise UsageError(f"--out {str(out)!r}: {name} is a link to {os.readlink(out / name)!r}, {why}")
-    if existing and args.resume is None:
-        if not args.overwrite:
+    if existing and spec.resume is None:
+        if not spec.overwrite:
             lock.close()
             raise UsageError(
                 f"--out {str(out)!r} holds a run already ({', '.join(existing[:3])}): continue it with "

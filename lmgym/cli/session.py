@@ -1,15 +1,26 @@
-"""What ``lmgym train`` and ``lmgym eval`` set up alike: threads, quiet logs, the agent (the
-default model or ``--model``, warm-started when asked), and the envs it plays."""
+"""What ``lmgym train`` and ``lmgym eval`` set up alike, from their ``RunSpec``: threads, quiet
+logs, the agent (the default model or ``--model``, warm-started when asked), the pretrained
+recipe, and the envs it plays."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
-from pathlib import Path
-from typing import Any
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from lmgym.cli.options import UsageError
+from lmgym.cli.spec import RunSpec
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+    from gymnasium.vector import VectorEnv
+    from transformers import PreTrainedModel
+
+    from lmgym.agents.defaults import Recipe
+    from lmgym.agents.ppo import PPOAgent
+    from lmgym.tokenizers import Tokenizer
 
 
 def set_threads(threads: int | None) -> None:
@@ -19,152 +30,157 @@ def set_threads(threads: int | None) -> None:
 
 
 def quiet_transformers() -> None:
+    """No progress bars of transformers' own, only its errors, and none of its deprecation
+    notices (``FutureWarning``s about its own API that a user of lmgym cannot act on)."""
     import transformers
 
     transformers.utils.logging.disable_progress_bar()  # no "Writing model shards" bars
     transformers.utils.logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
 
 
-def make_agent(args: argparse.Namespace, config: Any, env_kwargs: dict[str, Any]) -> Any:
-    """The agent to train or evaluate: the default model (no ``--model``) or ``--model``,
-    warm-started on demonstrations with ``--warmstart-steps``."""
+def make_agent(spec: RunSpec) -> PPOAgent:
+    """The agent to train or evaluate with ``spec.config``: the default model (no ``--model``) or
+    ``--model``, warm-started on demonstrations with ``--warmstart-steps``."""
     from lmgym.agents import PPOAgent
 
-    if args.model is None:
-        model, tokenizer = default_model(args, env_kwargs)
+    if spec.model is None:
+        model, tokenizer = default_model(spec)
     else:
-        model, tokenizer = given_model(args, env_kwargs)
+        model, tokenizer = given_model(spec)
     try:
-        if args.model is not None and getattr(args, "warmstart_steps", None):
-            check_chat_template(args, tokenizer)
-            model = warm_start(args, model, tokenizer, env_kwargs, config)
-        return PPOAgent(model, tokenizer=tokenizer, config=config)
+        if spec.model is not None and spec.warmstart_steps:
+            check_chat_template(spec, tokenizer)
+            model = warm_start(spec, model, tokenizer)
+        return PPOAgent(model, tokenizer=tokenizer, config=spec.config)
     except ValueError as e:  # the vocabulary does not cover the tokenizer; a LoRA target is not in the model
         raise UsageError(str(e).splitlines()[0]) from e
 
 
-def default_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> tuple[Any, Any]:
+def default_model(spec: RunSpec) -> tuple[PreTrainedModel, Tokenizer]:
     from lmgym.agents.warmstart import WarmStartConfig
     from lmgym.agents.warmstart import default_model as build
 
     print("building the default model (a tiny Llama, warm-started on demonstrations; cached after the first run)")
-    warm = WarmStartConfig(seed=args.seed)
-    if getattr(args, "warmstart_steps", None) is not None:
-        warm = dataclasses.replace(warm, steps=args.warmstart_steps)
+    warm = WarmStartConfig(seed=spec.seed)
+    if spec.warmstart_steps is not None:
+        warm = dataclasses.replace(warm, steps=spec.warmstart_steps)
     try:
         model, tokenizer, _ = build(
-            args.env_id,
-            env_kwargs,
-            warm,
-            use_cache=not getattr(args, "no_cache", False),
-            step_timeout=getattr(args, "cfg_step_timeout", None),
+            spec.env_id, spec.env_kwargs, warm, use_cache=not spec.no_cache, step_timeout=spec.step_timeout
         )
     except NotImplementedError as e:
-        raise UsageError(f"{args.env_id} has no oracle to warm-start the default model from ({e}); pass --model") from e
+        raise UsageError(f"{spec.env_id} has no oracle to warm-start the default model from ({e}); pass --model") from e
     return model, tokenizer
 
 
-def given_model(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> tuple[Any, Any]:
+def given_model(spec: RunSpec) -> tuple[PreTrainedModel, Tokenizer]:
     from lmgym.agents.warmstart import load_for_env
     from lmgym.storage import find_damaged
 
-    damaged = find_damaged(args.model) if os.path.isdir(args.model) else None
+    assert spec.model is not None
+    damaged = find_damaged(spec.model) if os.path.isdir(spec.model) else None
     if damaged:
         raise UsageError(f"--model: {damaged}")
     try:
-        return load_for_env(args.model, args.env_id, env_kwargs, getattr(args, "add_special_tokens", False))
+        return load_for_env(spec.model, spec.env_id, spec.env_kwargs, spec.add_special_tokens)
     except (ValueError, ImportError) as e:
         raise UsageError(str(e).splitlines()[0]) from e
 
 
-def warm_start(args: argparse.Namespace, model: Any, tokenizer: Any, env_kwargs: dict[str, Any], config: Any) -> Any:
+def warm_start(spec: RunSpec, model: PreTrainedModel, tokenizer: Tokenizer) -> PreTrainedModel:
     """``--model M --warmstart-steps N``: the supervised warm start on the env's demonstrations,
     rendered as the RL phase renders them; the result is saved in ``OUT/warmstart`` (LoRA
     adapters trained on it later name it as their base)."""
     from lmgym.agents.warmstart import warm_start as supervised
     from lmgym.storage import written_aside
 
-    lora = config.model.peft_config
+    assert spec.config is not None and spec.warmstart_steps
+    lora = spec.config.model.peft_config
     print(
-        f"warm start of {args.model}: {args.warmstart_steps} supervised steps on demonstrations "
+        f"warm start of {spec.model}: {spec.warmstart_steps} supervised steps on demonstrations "
         f"({'LoRA, merged' if lora else 'full'})"
     )
-    env = guarded_env(args, tokenizer, env_kwargs)
+    env = guarded_env(spec, tokenizer)
     try:
-        model, losses = supervised(model, tokenizer, env, args.warmstart_steps, lora=lora, seed=args.seed)
+        model, losses = supervised(model, tokenizer, env, spec.warmstart_steps, lora=lora, seed=spec.seed)
     finally:
         env.close()
     print(f"warm start: loss {losses[0]:.3f} -> {sum(losses[-10:]) / len(losses[-10:]):.3f}")
-    target = Path(args.out) / "warmstart"
+    target = spec.out / "warmstart"
     with written_aside(target) as tmp:
         model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)  # type: ignore[attr-defined]
     model.name_or_path = model.config._name_or_path = str(target)
     return model
 
 
-def pretrained_recipe(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> Any:
+def pretrained_recipe(spec: RunSpec) -> tuple[RunSpec, Recipe]:
     """``--model``: ``lmgym.agents.defaults.pretrained_recipe`` for the env as the run plays it
-    (its tools and chat template, the model's tokenizer). What the user set stays: a
-    ``--warmstart-steps``, an ``--env-arg max_action_tokens`` or ``max_episode_steps``, a
-    ``--lora``, any config flag."""
+    (its tools and chat template, the model's tokenizer), and the spec with what it picked: the
+    warm start and the budgets. What the user set stays: a ``--warmstart-steps``, an ``--env-arg
+    max_action_tokens`` or ``max_episode_steps``, a ``--lora``, any config flag."""
     from lmgym.agents import defaults
     from lmgym.tokenizers import load_tokenizer
 
+    assert spec.model is not None
     try:
-        tokenizer = load_tokenizer(args.model)
+        tokenizer = load_tokenizer(spec.model)
     except (ValueError, OSError, ImportError) as e:
-        raise UsageError(f"--model {args.model}: {str(e).splitlines()[0]}") from e
-    check_chat_template(args, tokenizer)
-    env = guarded_env(args, tokenizer, env_kwargs)
+        raise UsageError(f"--model {spec.model}: {str(e).splitlines()[0]}") from e
+    check_chat_template(spec, tokenizer)
+    env = guarded_env(spec, tokenizer)
     try:
-        recipe = defaults.pretrained_recipe(env, tokenizer, lora=None if args.lora is None else args.lora != "none")
+        recipe = defaults.pretrained_recipe(env, tokenizer, lora=None if spec.lora is None else spec.lora != "none")
     finally:
         env.close()
-    if args.warmstart_steps is None:
-        args.warmstart_steps = recipe.warmstart_steps
-    recipe.warmstart_steps = args.warmstart_steps
-    for budget in ("max_action_tokens", "max_episode_steps"):  # an --env-arg wins over the recipe
-        if getattr(recipe, budget) and budget not in env_kwargs:
-            env_kwargs[budget] = getattr(recipe, budget)
-        setattr(recipe, budget, env_kwargs.get(budget))
-    return recipe
+    steps = recipe.warmstart_steps if spec.warmstart_steps is None else spec.warmstart_steps
+    budgets = {k: v for k in ("max_action_tokens", "max_episode_steps") if (v := getattr(recipe, k))}
+    env_kwargs = {**budgets, **spec.env_kwargs}  # an --env-arg wins over the recipe
+    recipe = dataclasses.replace(
+        recipe,
+        warmstart_steps=steps,
+        max_action_tokens=env_kwargs.get("max_action_tokens"),
+        max_episode_steps=env_kwargs.get("max_episode_steps"),
+        episodes=spec.episodes,
+    )
+    return dataclasses.replace(spec, warmstart_steps=steps, env_kwargs=env_kwargs), recipe
 
 
 CHECKED_TEMPLATES: set[str] = set()
 """Chat templates this process rendered in the sandbox without a problem (``template_problem``)."""
 
 
-def check_chat_template(args: argparse.Namespace, tokenizer: Any) -> None:
+def check_chat_template(spec: RunSpec, tokenizer: Any) -> None:
     """``--chat-template``: the tokenizer has one, and it renders (once per process, in a sandbox:
     a model directory's template is code lmgym did not write)."""
     from lmgym.tokenizers import HFTokenizer
     from lmgym.wrappers.chat_template import template_problem
 
-    hf = tokenizer.hf if isinstance(tokenizer, HFTokenizer) else None
-    if not args.chat_template:
+    if not spec.chat_template:
         return
+    hf = tokenizer.hf if isinstance(tokenizer, HFTokenizer) else None
     template = getattr(hf, "chat_template", None)
     if not template:
-        raise UsageError(f"--chat-template: the tokenizer of {args.model or 'the default model'} has no chat template")
+        raise UsageError(f"--chat-template: the tokenizer of {spec.model or 'the default model'} has no chat template")
     if template not in CHECKED_TEMPLATES:
         problem = template_problem(hf)
         if problem:
-            raise UsageError(f"--chat-template: the chat template of {args.model}: {problem}")
+            raise UsageError(f"--chat-template: the chat template of {spec.model}: {problem}")
         CHECKED_TEMPLATES.add(template)
 
 
-def env_maker(args: argparse.Namespace, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:
+def env_maker(spec: RunSpec, tokenizer: Tokenizer) -> Callable[[], gym.Env]:
     """A function that makes one env as the run plays it (its tools and chat template, when asked)."""
     import gymnasium as gym
 
     from lmgym.cli.options import with_tools
     from lmgym.wrappers import ChatTemplate
 
-    env_id, module, tools = args.env_id, getattr(args, "env_module", None), getattr(args, "tools", None)
-    chat, system = args.chat_template, args.system
+    env_id, module, tools, env_kwargs = spec.env_id, spec.env_module, spec.tools, dict(spec.env_kwargs)
+    chat, system = spec.chat_template, spec.system
 
-    def make() -> gym.Env:  # pickled to Ray actors with what it needs, not the whole args
+    def make() -> gym.Env:  # pickled to Ray actors with what it needs, not the whole spec
         if module:  # a user's env module: registered in this process too
             __import__(module)
         env = with_tools(gym.make(env_id, tokenizer=tokenizer, **env_kwargs), tools)
@@ -173,15 +189,16 @@ def env_maker(args: argparse.Namespace, tokenizer: Any, env_kwargs: dict[str, An
     return make
 
 
-def guarded_env(args: argparse.Namespace, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:
+def guarded_env(spec: RunSpec, tokenizer: Tokenizer) -> gym.Env:
     """One env as the run plays it, for the recipe's and the warm start's oracle play: a failure
     in it is an ``EnvError`` naming the env, seed and turn, as in the rollout."""
     from lmgym.vector import Guarded
 
-    return Guarded(env_maker(args, tokenizer, env_kwargs)(), step_timeout=getattr(args, "step_timeout", None))
+    make = env_maker(spec, tokenizer)
+    return Guarded(make(), factory=make, step_timeout=spec.step_timeout)
 
 
-def make_envs(args: argparse.Namespace, n: int, tokenizer: Any, env_kwargs: dict[str, Any]) -> Any:
+def make_envs(spec: RunSpec, n: int, tokenizer: Tokenizer) -> VectorEnv:
     """``n`` envs stepped at the same time (``ConcurrentVectorEnv``: tool calls overlap; results
     are exactly a ``SyncVectorEnv``'s), autoreset in the same step; with ``--env-workers N``, in
     N Ray actors (``RayVectorEnv``)."""
@@ -189,25 +206,20 @@ def make_envs(args: argparse.Namespace, n: int, tokenizer: Any, env_kwargs: dict
 
     from lmgym.vector import ConcurrentVectorEnv
 
-    fns, mode = [env_maker(args, tokenizer, env_kwargs)] * n, AutoresetMode.SAME_STEP
-    workers = getattr(args, "env_workers", None)
-    if workers:
+    fns, mode = [env_maker(spec, tokenizer)] * n, AutoresetMode.SAME_STEP
+    if spec.env_workers:
         from lmgym.vector.remote import RayVectorEnv
 
-        try:
-            return RayVectorEnv(
-                fns, envs_per_actor=-(-n // workers), num_cpus=args.env_worker_cpus, autoreset_mode=mode
-            )
-        except ValueError as e:  # a placement that can never fit
-            raise UsageError(f"--env-workers {workers}: {e}") from e
+        per_actor = -(-n // spec.env_workers)
+        return RayVectorEnv(fns, envs_per_actor=per_actor, num_cpus=spec.env_worker_cpus, autoreset_mode=mode)
     return ConcurrentVectorEnv(fns, autoreset_mode=mode)
 
 
-def connect_ray(args: argparse.Namespace) -> None:
+def connect_ray(spec: RunSpec) -> None:
     """``--ray [ADDRESS]``: joins the Ray cluster at ADDRESS (``auto``: the one running here) or
     starts a local one (quiet, no dashboard, a small object store); ``--env-workers`` and
     ``--engines`` then place their actors on it. An address where nothing answers is one line."""
-    if getattr(args, "ray", None) is None and not getattr(args, "env_workers", None):
+    if spec.ray is None and not spec.env_workers:
         return
     try:
         import ray
@@ -217,16 +229,16 @@ def connect_ray(args: argparse.Namespace) -> None:
 
     if ray.is_initialized():
         return
-    if args.ray in (None, "local"):
+    if spec.ray in (None, "local"):
         init_local_ray()
     else:
         import logging
 
-        check_ray_address(args.ray)
+        check_ray_address(spec.ray)
         try:
-            ray.init(address=args.ray, log_to_driver=False, logging_level=logging.ERROR)
+            ray.init(address=spec.ray, log_to_driver=False, logging_level=logging.ERROR)
         except (ConnectionError, ValueError, RuntimeError) as e:
-            raise UsageError(f"--ray {args.ray}: cannot join the cluster there ({str(e).splitlines()[0]:.200})") from e
+            raise UsageError(f"--ray {spec.ray}: cannot join the cluster there ({str(e).splitlines()[0]:.200})") from e
     resources = ray.cluster_resources()
     print(f"Ray: {len(ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs")
 
@@ -247,7 +259,7 @@ def check_ray_address(address: str, seconds: float = 3.0) -> None:
         raise UsageError(f"--ray {address}: nothing answers there ({e.strerror or e})") from e
 
 
-def warn_cut_turns(agent: Any, batch: Any, budget: int) -> None:
+def warn_cut_turns(agent: PPOAgent, batch: Any, budget: int) -> None:
     """One warning when a BPE model's turns keep hitting the env's action bound (sized for the
     byte tokenizer): more than a quarter of them in the first evaluation."""
     from lmgym.tokenizers import HFTokenizer

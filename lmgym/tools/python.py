@@ -79,6 +79,7 @@ from lmgym.tools.sandbox import (
     STALE,
     SUPERVISOR,
     SUPERVISOR_MB,
+    Limits,
     PythonResult,
     Sandbox,
     SandboxPool,
@@ -264,7 +265,9 @@ class PythonTool:
             raise
         finally:
             os.close(status_write)
-        sandbox = Sandbox(self, proc, scratch, group, status_read, user)
+        sandbox = Sandbox(
+            Limits(self.timeout, self.output_limit, self.isolation), proc, scratch, group, status_read, user
+        )
         if prestart and not sandbox.wait_ready(READY_SECONDS):
             sandbox.close()
             raise OSError(f"the sandbox's interpreter was not ready within {READY_SECONDS} s")

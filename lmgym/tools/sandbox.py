@@ -23,12 +23,19 @@ from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 from lmgym.tools.cgroup import CallGroup
 
-if TYPE_CHECKING:
-    from lmgym.tools.python import PythonTool
+
+class Limits(NamedTuple):
+    """What a ``Sandbox`` needs of its tool: the call's ``timeout`` (s), the bytes kept of each
+    output, and the isolation level that runs it."""
+
+    timeout: float
+    output_limit: int
+    isolation: str
+
 
 SUPERVISOR = (Path(__file__).parent / "sandbox_supervisor.py").read_text()
 LOADER = (Path(__file__).parent / "sandbox_loader.py").read_text()
@@ -102,11 +109,12 @@ def signal_message(number: int) -> str:
 
 
 class Sandbox:
-    """One sandbox, started and waiting for its one call (``PythonTool.start_sandbox``)."""
+    """One sandbox, started and waiting for its one call (``PythonTool.start_sandbox``), with its
+    tool's ``Limits``."""
 
     def __init__(
         self,
-        tool: PythonTool,
+        limits: Limits,
         proc: subprocess.Popen,
         scratch: str,
         group: CallGroup | None,
@@ -114,7 +122,7 @@ class Sandbox:
         user: list[int] | None,
     ):
         self.proc, self.scratch, self.group, self.status_read, self.user = proc, scratch, group, status_read, user
-        self.timeout, self.output_limit, self.isolation = tool.timeout, tool.output_limit, tool.isolation
+        self.timeout, self.output_limit, self.isolation = limits
         self.closed = False  # no reference to the tool: a pool's waiting sandboxes never keep it alive
 
     def wait_ready(self, seconds: float) -> bool:

@@ -17,12 +17,13 @@ subprocess or a socket, so sixteen tool calls cost about one. The results are pu
 ``SyncVectorEnv``'s own code, so observations, rewards, flags, infos and autoreset
 (``NEXT_STEP``, ``SAME_STEP``, ``DISABLED``) are exactly what it returns. Sub-envs must not share
 mutable state (lmgym's envs do not: each has its own RNG, and the task library adapters take a
-lock around the global RNG they use). ``guard(vec, ...)`` gives a plain ``SyncVectorEnv`` the
-same guards, in place (the agent does this for the vector envs it collects from).
+lock around the global RNG they use). ``guarded(vec, ...)`` gives a plain ``SyncVectorEnv`` the
+same guards without touching it (the agent does this for the vector envs it collects from).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import threading
@@ -265,32 +266,55 @@ class ConcurrentVectorEnv(SyncVectorEnv):
 
         super().__init__([guarded(i, fn) for i, fn in enumerate(env_fns)], **kwargs)
         self.pool = ThreadPoolExecutor(max_workers or len(self.envs), thread_name_prefix="lmgym-env")
+        self.ended = np.zeros(self.num_envs, dtype=bool)  # which sub-envs NEXT_STEP autoreset resets next
+
+    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> Any:
+        self.ended = np.zeros(self.num_envs, dtype=bool)
+        return super().reset(seed=seed, options=options)
 
     def step(self, actions: Any) -> Any:
         for i, (env, action) in enumerate(zip(cast(list[Prefetched], self.envs), iterate(self.action_space, actions))):
-            if self.autoreset_mode == AutoresetMode.NEXT_STEP and self._autoreset_envs[i]:
+            if self.autoreset_mode == AutoresetMode.NEXT_STEP and self.ended[i]:
                 continue  # SyncVectorEnv resets this one instead of stepping it
             env.pending = self.pool.submit(Guarded.step, env, action)
-        return super().step(actions)
+        obs, rewards, terminated, truncated, infos = super().step(actions)
+        self.ended = np.logical_or(terminated, truncated)
+        return obs, rewards, terminated, truncated, infos
 
     def close_extras(self, **kwargs: Any) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)  # a stuck step's thread is not waited for
         super().close_extras(**kwargs)
 
 
-def guard(vec: VectorEnv, step_timeout: float | None = None, on_error: str | None = None) -> list[Guarded]:
-    """The guarded sub-envs of ``vec``, its unguarded ones wrapped in place (a ``SyncVectorEnv``'s
-    own ``env_fns`` make the fresh ones), the settings they were not given filled in. An
-    ``AsyncVectorEnv``'s sub-envs live in other processes: none (its errors come back as raised)."""
-    envs = getattr(vec, "envs", None)
-    if not isinstance(vec, SyncVectorEnv) or envs is None:
-        return []
-    fns = getattr(vec, "env_fns", [None] * len(envs))
-    for i, env in enumerate(envs):
-        if not isinstance(env, Guarded):
-            envs[i] = Guarded(env, i, fns[i])
-        envs[i].configure(step_timeout, on_error)
-    return list(envs)
+class Borrowed(SyncVectorEnv):
+    """A ``SyncVectorEnv`` over sub-envs someone else owns: closing it (or dropping it) leaves them
+    open. ``guarded`` and the agent's single-env view make these."""
+
+    def close_extras(self, **kwargs: Any) -> None:
+        pass
+
+
+def guarded(vec: VectorEnv, step_timeout: float | None = None, on_error: str | None = None) -> VectorEnv:
+    """``vec`` with every sub-env ``Guarded``, ``vec`` itself untouched: a ``ConcurrentVectorEnv``
+    as it is (its sub-envs are guarded; the settings they were not given are filled in); a plain
+    ``SyncVectorEnv``'s sub-envs stepped through guards in a ``Borrowed`` vector env of their own
+    (the fresh envs made from its ``env_fns``); any other (an ``AsyncVectorEnv``, whose sub-envs
+    live in other processes) as it is: its errors come back as raised."""
+    if isinstance(vec, ConcurrentVectorEnv):
+        for env in cast(list[Guarded], vec.envs):
+            env.configure(step_timeout, on_error)
+        return vec
+    if type(vec) is not SyncVectorEnv:
+        return vec
+    fns = list(getattr(vec, "env_fns", [None] * vec.num_envs))
+    wrapped = [Guarded(env, i, fns[i], step_timeout, on_error) for i, env in enumerate(vec.envs)]
+    return Borrowed(
+        [functools.partial(_same, env) for env in wrapped], autoreset_mode=vec.autoreset_mode, copy=vec.copy
+    )
+
+
+def _same(env: gym.Env) -> gym.Env:
+    return env
 
 
 def _close_quietly(env: gym.Env) -> None:
@@ -300,4 +324,12 @@ def _close_quietly(env: gym.Env) -> None:
         pass
 
 
-__all__ = ["ConcurrentVectorEnv", "DEFAULT_STEP_TIMEOUT", "Guarded", "guard", "reset_problem", "step_problem"]
+__all__ = [
+    "Borrowed",
+    "ConcurrentVectorEnv",
+    "DEFAULT_STEP_TIMEOUT",
+    "Guarded",
+    "guarded",
+    "reset_problem",
+    "step_problem",
+]

@@ -14,7 +14,7 @@ torch.set_num_threads(1)  # as torchrun sets each rank: the same reduction order
 tokenizer = lmgym.ByteTokenizer()
 torch.manual_seed(0)
 model = tiny_llama(tokenizer, n_layer=2, n_embd=32, n_head=2, n_positions=64)
-config = PPOConfig(learning_rate=1e-3, mini_batch_size=4, n_epochs=2, fsdp=True, kl_coef=0.0)
+config = PPOConfig(learning_rate=1e-3, mini_batch_size=4, n_epochs=2, model={"fsdp": True}, kl_coef=0.0)
 agent = PPOAgent(model, tokenizer=tokenizer, config=config)
 generator = torch.Generator().manual_seed(1)  # the same batch on every rank
 queries = [torch.randint(0, 256, (6,), generator=generator) for _ in range(4)]

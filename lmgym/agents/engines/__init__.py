@@ -5,13 +5,13 @@ max_new_tokens, keys=None, **generation_kwargs)`` returns, per context, the samp
 one turn and the sampler's log-prob of each; ``sync_weights()`` pushes the policy's weights after
 an update; ``reset()`` drops whatever the engine cached; ``close()`` stops its processes.
 
-- ``HFEngine`` (``hf``, the default, ``PPOConfig(engine="hf")``): the trained model itself, in a
+- ``HFEngine`` (``hf``, the default, ``PPOConfig(engine={"name": "hf"})``): the trained model itself, in a
   lean decode loop with a KV cache kept across the turns of an episode, which also returns the
   policy's log-probs and values (no second forward pass for them). Its per-row API
   (``begin``/``flush``/``step``/``forget``) is the one decode loop both rollouts drive.
-- ``VLLMEngine`` (``vllm``, ``PPOConfig(engine="vllm")``): vLLM in a process of its own, on a GPU
+- ``VLLMEngine`` (``vllm``, ``PPOConfig(engine={"name": "vllm"})``): vLLM in a process of its own, on a GPU
   or on its CPU build; weights reloaded after each update, truncated importance sampling.
-- ``RayEngine`` (``remote``, ``PPOConfig(engines=N)``): N of either in Ray actors, anywhere in a
+- ``RayEngine`` (``remote``, ``PPOConfig(engine={"engines": N})``): N of either in Ray actors, anywhere in a
   Ray cluster; an episode's turns on one of them; weights through files on a shared path.
 
 ``sampling`` holds the per-row sampler and the per-episode random streams. Engines take an
@@ -22,12 +22,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from lmgym.agents.config import ENGINES
 from lmgym.agents.engines.base import Engine, EngineDied, EnginePolicy, EngineUnavailable, Generation
 from lmgym.agents.engines.hf import HFEngine, SnapshotEngine, hf_generate
 from lmgym.agents.engines.sampling import filtered, sample, stream_key, uniforms
 from lmgym.agents.engines.vllm import VLLMEngine, vllm_problem
-
-ENGINES = ("hf", "vllm")
 
 
 def engine_problem(name: str) -> str | None:

@@ -1,0 +1,97 @@
+"""The PPO loss, as arithmetic on tensors: what ``PPOAgent.loss`` computes once its forward pass
+has given the log-probs, values and entropy of a minibatch. Pure functions, no model."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+class LossInputs(NamedTuple):
+    """What the PPO loss reads of a minibatch, each (B, T) (``loss_inputs`` pads them once per update)."""
+
+    tokens: torch.Tensor
+    attention_mask: torch.Tensor
+    action_mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    ref_logprobs: torch.Tensor
+    old_values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    is_weights: torch.Tensor | None = None
+    """Truncated importance weights where a sampler's log-probs differ (an inexact engine's, a
+    stale batch's); ``None`` when every token was sampled by the policy being trained."""
+
+    def rows(self, rows: torch.Tensor, width: int) -> LossInputs:
+        """The minibatch of episodes ``rows``, cut to ``width`` positions."""
+        return LossInputs(*(None if v is None else v[rows, :width] for v in self))
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The mean of ``x`` over the positions ``mask`` selects (token-level: every selected token
+    weighs the same, whatever its episode)."""
+    return torch.where(mask, x, 0.0).sum() / mask.sum().clamp(min=1)
+
+
+def clipped_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_range: float,
+    weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate (Schulman et al. 2017), a token-level mean over ``mask``; returns
+    the loss, the ratio (B, T) and the log-ratio (B, T).
+
+    Example:
+        >>> lp, old = torch.tensor([[0.0, 1.0]]), torch.zeros(1, 2)
+        >>> loss, ratio, _ = clipped_policy_loss(lp, old, torch.ones(1, 2), torch.tensor([[True, True]]), 0.2)
+        >>> round(float(loss), 4), [round(r, 4) for r in ratio[0].tolist()]
+        (-1.1, [1.0, 2.7183])
+    """
+    log_ratio = torch.where(mask, logprobs - old_logprobs, 0.0)
+    ratio = log_ratio.exp()
+    losses = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip_range, 1 + clip_range))  # (B, T)
+    if weights is not None:
+        losses = losses * weights
+    return masked_mean(losses, mask), ratio, log_ratio
+
+
+def value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, clip: float | None
+) -> torch.Tensor:
+    """Half the squared error of the values against the returns, the larger of the clipped and
+    unclipped one when ``clip`` is set (PPO's value clipping, as in CleanRL and TRL).
+
+    Example:
+        >>> v, old, ret, mask = torch.tensor([[2.0]]), torch.zeros(1, 1), torch.zeros(1, 1), torch.tensor([[True]])
+        >>> float(value_loss(v, old, ret, mask, None)), float(value_loss(v, old, ret, mask, 0.5))
+        (2.0, 2.0)
+    """
+    unclipped = (values - returns) ** 2
+    if clip is None:
+        return 0.5 * masked_mean(unclipped, mask)
+    clipped = old_values + (values - old_values).clamp(-clip, clip)
+    return 0.5 * masked_mean(torch.max(unclipped, (clipped - returns) ** 2), mask)
+
+
+def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The k3 estimator of KL(policy || reference) (Schulman 2020), a token-level mean, as GRPO
+    adds it to the loss: exp(r) - r - 1 with r = log p_ref - log p.
+
+    Example:
+        >>> float(k3_kl(torch.tensor([[0.0]]), torch.tensor([[0.0]]), torch.tensor([[True]])))
+        0.0
+    """
+    log_ratio = torch.where(mask, ref_logprobs - logprobs, 0.0)
+    return masked_mean(log_ratio.exp() - log_ratio - 1, mask)
+
+
+def approx_kl(ratio: torch.Tensor, log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """KL(old || new) estimated as (r - 1) - log r (Schulman 2020; CleanRL's ``approx_kl``)."""
+    return masked_mean((ratio - 1) - log_ratio, mask)
+
+
+__all__ = ["LossInputs", "approx_kl", "clipped_policy_loss", "k3_kl", "masked_mean", "value_loss"]

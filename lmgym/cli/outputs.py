@@ -1,0 +1,62 @@
+"""What ``lmgym train`` writes when it is done: the model with its manifest, the learning curve,
+transcripts, ``summary.json`` and the before/after table."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from lmgym.cli.options import table
+from lmgym.storage import write_aside
+
+if TYPE_CHECKING:
+    from lmgym.agents.ppo import PPOAgent
+    from lmgym.cli.spec import RunSpec
+
+
+def write_outputs(spec: RunSpec, agent: PPOAgent, before: tuple, after: tuple) -> None:
+    """The model (with how its env was made, for ``lmgym eval``), the curve and the transcripts."""
+    from lmgym.agents.evaluation import transcript
+    from lmgym.agents.plotting import plot_learning_curve
+
+    out = spec.out
+    manifest = {"env": spec.env_id, "chat_template": spec.chat_template, "system": spec.system, "tools": spec.tools}
+    agent.save(out / "model", manifest={**manifest, "env_kwargs": dict(spec.env_kwargs)})  # lmgym eval applies them
+    title = f"{spec.env_id}: PPO ({agent.config.estimator})"
+    plot_learning_curve(out / "metrics.csv", out / "learning_curve.png", title)
+    parts = []
+    for name, (_, batch) in (("before", before), ("after", after)):
+        parts.append(f"## {name} training (greedy, held-out seeds)\n\n")
+        for episode in batch.episodes[:5]:
+            text = transcript(agent, episode)
+            parts.append(f"seed {episode.seed}, return {episode.return_:g}:\n\n```\n{text}\n```\n\n")
+    write_aside(out / "transcripts.md", "".join(parts))
+
+
+def report(spec: RunSpec, agent: PPOAgent, before: dict[str, Any], after: dict[str, Any], wall: float) -> None:
+    """``summary.json``, and the before/after table."""
+    keys = ("success", "tool_rate", "mean_return", "errors")
+    summary = {
+        "env": spec.env_id,
+        "model": spec.model or "default (tiny Llama, warm-started)",
+        "tools": spec.tools,
+        "warmstart_steps": spec.warmstart_steps,
+        "before": {k: before[k] for k in keys},
+        "after": {k: after[k] for k in keys},
+        "wall_seconds": round(wall, 1),
+        "seed": spec.seed,
+        "episodes": agent.num_episodes,
+        "estimator": agent.config.estimator,
+    }
+    write_aside(spec.out / "summary.json", json.dumps(summary, indent=2))
+    rows = [
+        ["success (greedy)", f"{before['success']:.1%}", f"{after['success']:.1%}"],
+        ["tool-call rate", f"{before['tool_rate']:.1%}", f"{after['tool_rate']:.1%}"],
+        ["mean return", f"{before['mean_return']:.3f}", f"{after['mean_return']:.3f}"],
+    ]
+    print(table(["", "before", "after"], rows))
+    print(f"wall time {wall:.0f} s; {agent.num_episodes} episodes; outputs in {spec.out}/")
+    print(f"see what training did, token by token: lmgym view {spec.out}")
+
+
+__all__ = ["report", "write_outputs"]
