@@ -35,7 +35,7 @@ def make_agent(engine: str, args: argparse.Namespace) -> tuple[Any, float]:
     from lmgym.agents.warmstart import WarmStartConfig, env_special_tokens, tiny_llama
     from lmgym.tokenizers import ByteTokenizer
 
-    config = PPOConfig(engine=engine, seed=0, engine_kwargs=args.engine_kwargs if engine == "vllm" else {})
+    config = PPOConfig(engine={"name": engine, "kwargs": args.engine_kwargs if engine == "vllm" else {}}, seed=0)
     start = time.perf_counter()
     if args.model:
         agent = PPOAgent(args.model, config=config)

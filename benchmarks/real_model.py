@@ -137,7 +137,7 @@ def main() -> None:
 
     config = PPOConfig(
         seed=0,
-        peft_config=lora,
+        model={"peft_config": lora},
         learning_rate=args.learning_rate or (1e-4 if lora else 1e-5),
         episodes_per_update=args.episodes_per_update,
         mini_batch_size=8,

@@ -157,7 +157,7 @@ def overlap(args: argparse.Namespace) -> None:
     print(f"\n3. {args.updates} updates of Calculator-v0, 64 episodes each, the calculator answering after 200 ms")
     results = {}
     for overlapped in (False, True):
-        agent = PPOAgent.default("lmgym/Calculator-v0", seed=0, overlap_update=overlapped)
+        agent = PPOAgent.default("lmgym/Calculator-v0", seed=0, rollout={"overlap_update": overlapped})
         make = partial(slow_calculator_env, agent.tokenizer)
         envs = ConcurrentVectorEnv([make] * 32, autoreset_mode=AutoresetMode.SAME_STEP)
         curve: list[float] = []

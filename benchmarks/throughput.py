@@ -104,7 +104,7 @@ def turns(args: argparse.Namespace) -> None:
     """ms per episode of K model calls, KV cache kept across turns vs the history prefilled each turn."""
     prompt = "Read this, then answer in a few words. " * 6  # ~240 tokens of history before the first turn
     agents = {
-        reuse: PPOAgent(tiny(1024), tokenizer=lmgym.ByteTokenizer(), config=PPOConfig(reuse_kv_cache=reuse))
+        reuse: PPOAgent(tiny(1024), tokenizer=lmgym.ByteTokenizer(), config=PPOConfig(engine={"reuse_kv_cache": reuse}))
         for reuse in (True, False)
     }
     print(f"\nturns: ms per episode (Pipeline-v0, {args.num_envs} envs, <= 16 tokens a turn, ~30-token observations)")

@@ -13,7 +13,7 @@ Prints, measured side by side in one run (medians of ``--repeats``):
   tool), with the real tool and with a stand-in tool that answers the same text after 0, 50
   and 200 ms, or after 0-2 s depending on the code (not run in ``SyncVectorEnv``: a minute a
   collect); in ``SyncVectorEnv``, ``ConcurrentVectorEnv``, and ``ConcurrentVectorEnv`` with the
-  overlapped rollout (``PPOConfig(overlap_rollout=True)``); ratios to the 0 ms
+  overlapped rollout (``PPOConfig(rollout={"overlap": True})``); ratios to the 0 ms
   stand-in in the same column.
 
     python benchmarks/tools.py [--envs 16] [--episodes 64] [--repeats 5] [--turn-tokens 48]
@@ -182,7 +182,7 @@ def main() -> None:
     tokenizer = ByteTokenizer(env_special_tokens("lmgym/PythonTool-v0"))
     torch.manual_seed(0)
     model = tiny_llama(tokenizer, n_layer=4, n_embd=128, n_head=4)
-    config = lambda overlap: PPOConfig(seed=0, max_new_tokens=args.turn_tokens, overlap_rollout=overlap)  # noqa: E731
+    config = lambda overlap: PPOConfig(seed=0, rollout={"max_new_tokens": args.turn_tokens, "overlap": overlap})  # noqa: E731
     agents = {overlap: PPOAgent(copy.deepcopy(model), tokenizer, config=config(overlap)) for overlap in (False, True)}
     answers: dict[str, str] = {}
     columns = [

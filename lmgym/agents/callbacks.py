@@ -87,7 +87,8 @@ class RecordCallback(Callback):
         every = run.record_every or max(1, updates // 10)
         main = agent.accelerator.is_main_process
         self.recorder = EpisodeRecorder(log_dir, run.record_episodes, every, env_id_of(envs), main)
-        self.envs, self.batch, self.recorded = envs, None, -1
+        self.envs, self.recorded = envs, -1
+        self.batch: Trajectories | None = None
         if agent.num_updates == 0:
             self.recorder.record(agent, envs, None, 0)  # before training: the held-out episodes
             self.recorded = 0

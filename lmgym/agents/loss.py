@@ -25,7 +25,8 @@ class LossInputs(NamedTuple):
 
     def rows(self, rows: torch.Tensor, width: int) -> LossInputs:
         """The minibatch of episodes ``rows``, cut to ``width`` positions."""
-        return LossInputs(*(None if v is None else v[rows, :width] for v in self))
+        cut = [None if v is None else v[rows, :width] for v in self]
+        return LossInputs(*cut)  # type: ignore[arg-type]
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

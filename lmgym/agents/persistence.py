@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -68,14 +69,14 @@ def manifest(base: str | None, adapters: bool, vocab_size: int, extra: dict[str,
     return {"base": base or None, "adapters": adapters, "vocab_size": vocab_size, **(extra or {})}
 
 
-def save(path: str | Path, **parts: Any) -> None:
+def save(path: str | os.PathLike, **parts: Any) -> None:
     """``write``'s files, written aside and renamed into place: ``path`` holds the old save or the
     new one, never half of one."""
     with written_aside(Path(path)) as tmp:
         write(tmp, **parts)
 
 
-def save_checkpoint(checkpoint_dir: str | Path, name: str, info: dict[str, Any], **parts: Any) -> Path:
+def save_checkpoint(checkpoint_dir: str | os.PathLike, name: str, info: dict[str, Any], **parts: Any) -> Path:
     """Writes ``checkpoint_dir/name`` (``write``'s files, then a manifest of them with ``info``,
     written last) and points ``checkpoint_dir/last`` at it; see ``lmgym.agents.checkpoints``."""
     checkpoint_dir = Path(checkpoint_dir)
@@ -85,7 +86,7 @@ def save_checkpoint(checkpoint_dir: str | Path, name: str, info: dict[str, Any],
     return checkpoints.publish(checkpoint_dir, name)
 
 
-def read(path: str | Path) -> dict[str, Any]:
+def read(path: str | os.PathLike) -> dict[str, Any]:
     """What ``save`` wrote: ``model``, ``tokenizer``, ``ref_model`` (or ``None``), ``config`` (a
     dict, ``PPOConfig.to_dict``'s) and ``value_head`` (a state dict), as data."""
     path = Path(path)
@@ -103,7 +104,7 @@ def read(path: str | Path) -> dict[str, Any]:
     }
 
 
-def read_checkpoint(path: str | Path, signature: dict[str, list[int]], env: dict[str, Any]) -> dict[str, Any]:
+def read_checkpoint(path: str | os.PathLike, signature: dict[str, list[int]], env: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint ``learn`` wrote (``path``: the checkpoint, ``checkpoints/last``, the checkpoints
     dir or the run dir), checked complete, undamaged, data only and of this model (``signature``)
     and env (``env_fingerprint``'s); ``CheckpointError`` otherwise. Returns ``path`` (the checkpoint
@@ -135,7 +136,7 @@ def tokens_fingerprint(tokenizer: Tokenizer) -> str:
 
 def rng_state() -> dict[str, Any]:
     """torch's, numpy's and Python's global RNG states, as plain values and tensors."""
-    state = np.random.get_state()
+    state: Any = np.random.get_state()
     return {
         "torch_rng": torch.get_rng_state(),
         "numpy_rng": [

@@ -87,7 +87,8 @@ def evaluate_model(spec: RunSpec) -> None:
     from lmgym.agents.config import PPOConfig
     from lmgym.agents.evaluation import evaluate
 
-    assert spec.model is not None and spec.episodes is not None
+    assert spec.model is not None
+    episodes = spec.episodes or 200
     if not os.path.exists(spec.model):
         raise UsageError(f"--model {spec.model!r} does not exist")
     set_threads(None)
@@ -95,13 +96,13 @@ def evaluate_model(spec: RunSpec) -> None:
     spec = dataclasses.replace(as_trained(spec), config=PPOConfig(seed=spec.seed))
     agent = make_agent(spec)
     check_chat_template(spec, agent.tokenizer)
-    envs = make_envs(spec, min(spec.num_envs, spec.episodes), agent.tokenizer)
+    envs = make_envs(spec, min(spec.num_envs, episodes), agent.tokenizer)
     if not spec.json:
         wrapped = [f"tools {spec.tools}"] * bool(spec.tools) + ["its chat template"] * bool(spec.chat_template)
         print(f"{spec.env_id}{' with ' + ' and '.join(wrapped) if wrapped else ''}, {spec.env_kwargs or 'no env args'}")
-    results = {"greedy": evaluate(agent, envs, spec.episodes, greedy=True, progress=True)[0]}
+    results = {"greedy": evaluate(agent, envs, episodes, greedy=True, progress=True)[0]}
     if spec.sampled:
-        results["sampled"] = evaluate(agent, envs, spec.episodes, greedy=False, progress=True)[0]
+        results["sampled"] = evaluate(agent, envs, episodes, greedy=False, progress=True)[0]
     if spec.json:
         print(json.dumps({**results["greedy"], **({"sampled": results["sampled"]} if spec.sampled else {})}))
         return

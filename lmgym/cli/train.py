@@ -222,9 +222,10 @@ def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv)
     target = spec.episodes
     evaluator = Evaluator(eval_envs, min(100, spec.eval_episodes), spec.eval_every, spec.eval_episodes, target)
     stop, timer = StopAtSuccess(spec.stop_at_success), FirstUpdate()
+    first_callbacks: list[Any] = [evaluator, stop, timer]
     learn_to = functools.partial(agent.learn, envs, log_dir=spec.out, checkpoint_dir=spec.out / "checkpoints")
     first = agent.num_episodes + agent.config.episodes_per_update
-    learn_to(total_episodes=first if target is None else min(first, target), callbacks=[evaluator, stop, timer])
+    learn_to(total_episodes=first if target is None else min(first, target), callbacks=first_callbacks)
     if target is None:
         target = budget_episodes(agent, timer.seconds, PRETRAINED_MINUTES * 60, spec.eval_every)
         evaluator.total_episodes = target

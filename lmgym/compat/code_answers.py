@@ -33,7 +33,7 @@ import re
 import threading
 import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 LITERAL_TASKS = frozenset({"n_queens", "binary_matrix", "spiral_matrix", "string_insertion"})
 """reasoning-gym tasks whose ``score_answer`` calls ``eval`` on the answer."""
@@ -134,7 +134,7 @@ def expression_problem(text: str, names: frozenset[str] = MATH_FUNCTIONS) -> str
             exponent = list(ast.walk(node.right))
             if any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow) for n in exponent):
                 return "an exponent that is a power"
-            if any(isinstance(n, ast.Constant) and abs(n.value) > MAX_EXPONENT for n in exponent):
+            if any(isinstance(n, ast.Constant) and abs(cast(float, n.value)) > MAX_EXPONENT for n in exponent):
                 return f"an exponent above {MAX_EXPONENT}"
         elif not isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Load, *_OPERATORS)):
             return f"a {type(node).__name__} node"
