@@ -104,6 +104,19 @@ ADAPTER_GAMES = [  # (id, kwargs, library, a move the env answers and goes on af
 ]
 
 
+class Scripted:
+    """An engine that plays the same turn in every context (the agent's engine for the rest)."""
+
+    def __init__(self, engine, turn):
+        self.engine, self.turn = engine, turn
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def generate(self, contexts, *args, **kwargs):
+        return [list(self.turn) for _ in contexts]
+
+
 @pytest.mark.parametrize("env_id,kwargs,library,move", ADAPTER_GAMES)
 def test_task_library_envs_are_token_exact_in_a_chat_template(tmp_path, env_id, kwargs, library, move):
     """A task library's env (its rules, the answer format, the game's replies) in a BPE chat
@@ -119,7 +132,7 @@ def test_task_library_envs_are_token_exact_in_a_chat_template(tmp_path, env_id, 
 
     env = make()
     played = agent.tokenizer.encode(move) + agent.tokenizer.encode(env.end_of_turn)  # a model that plays on
-    agent.rollout.generate = lambda contexts, *args, **kwargs: [list(played) for _ in contexts]
+    agent.engine = Scripted(agent.engine, played)
     batch = agent.collect(env, num_episodes=2, seeds=[0, 1], score=False)
     assert min(len(e.turn_ends) for e in batch) >= 2  # several turns: the game's replies are in the stream
     for e in batch:

@@ -136,7 +136,7 @@ def pretrained_recipe(spec: RunSpec) -> tuple[RunSpec, Recipe]:
         env.close()
     steps = recipe.warmstart_steps if spec.warmstart_steps is None else spec.warmstart_steps
     budgets = {k: v for k in ("max_action_tokens", "max_episode_steps") if (v := getattr(recipe, k))}
-    env_kwargs = {**budgets, **spec.env_kwargs}  # an --env-arg wins over the recipe
+    env_kwargs = {**spec.env_kwargs, **{k: v for k, v in budgets.items() if k not in spec.env_kwargs}}  # flags win
     recipe = dataclasses.replace(
         recipe,
         warmstart_steps=steps,
