@@ -182,11 +182,13 @@ def run_callbacks(
 
 class Evaluator(Callback):
     """A greedy evaluation on held-out seeds every ``every`` updates, and a full one
-    (``final_episodes``) once ``total_episodes`` are trained on, kept in ``final``
-    (``total_episodes=None``: not yet known, no final one until it is set)."""
+    (``final_episodes``; with ``samples=k``, pass@k too) once ``total_episodes`` are trained on,
+    kept in ``final`` (``total_episodes=None``: not yet known, no final one until it is set)."""
 
-    def __init__(self, envs: Any, episodes: int, every: int, final_episodes: int, total_episodes: int | None):
-        self.envs, self.episodes, self.every = envs, episodes, every
+    def __init__(
+        self, envs: Any, episodes: int, every: int, final_episodes: int, total_episodes: int | None, samples: int = 0
+    ):
+        self.envs, self.episodes, self.every, self.samples = envs, episodes, every, samples
         self.final_episodes, self.total_episodes = final_episodes, total_episodes
         self.final: tuple[dict[str, Any], Any] | None = None
 
@@ -194,7 +196,7 @@ class Evaluator(Callback):
         from lmgym.agents.evaluation import evaluate
 
         if self.total_episodes is not None and agent.num_episodes >= self.total_episodes:
-            self.final = evaluate(agent, self.envs, self.final_episodes)
+            self.final = evaluate(agent, self.envs, self.final_episodes, samples=self.samples)
             stats = self.final[0]
         elif self.every and agent.num_updates % self.every == 0:
             stats, _ = evaluate(agent, self.envs, self.episodes)
@@ -220,10 +222,61 @@ class StopAtSuccess(Callback):
         return False
 
 
+class ShuffleRewards(Callback):
+    """The control of a learning claim (``lmgym train --reward-control shuffle``): each batch's
+    episode returns permuted across its episodes before the update, each put on its episode's last
+    turn (the others 0). The returns keep their distribution and lose which episode earned them,
+    so a run with this learns from everything but the reward signal (cf. "Spurious Rewards",
+    Shao et al. 2025: random rewards move some models too); the gain of a run over its control is
+    what the signal taught. Metrics (``env/success``, evaluations) still read the real outcomes."""
+
+    def __init__(self, seed: int = 0):
+        import numpy as np
+
+        self.rng = np.random.default_rng(seed)
+
+    def on_collect(self, agent: Learner, batch: Trajectories) -> None:
+        returns = [e.return_ for e in batch]
+        for e, r in zip(batch, self.rng.permutation(returns)):
+            e.rewards = [0.0] * (len(e.rewards) - 1) + [float(r)]
+
+
+class NoSignal(Callback):
+    """Stops a run whose first batch gives RL nothing to learn from: every episode returned the same
+    (no reward at all, say), or, for a group estimator, every group's episodes did (GRPO and RLOO
+    advantages are then all 0). ``stopped`` holds the line that says so, and what would help."""
+
+    def __init__(self) -> None:
+        self.checked, self.stopped = False, None
+
+    def on_collect(self, agent: Learner, batch: Trajectories) -> bool | None:
+        if self.checked:
+            return None
+        self.checked = True
+        returns = [round(e.return_, 9) for e in batch]
+        groups: dict[int, set[float]] = {}
+        for e, r in zip(batch, returns):
+            groups.setdefault(e.group, set()).add(r)
+        flat = len(set(returns)) <= 1
+        grouped = agent.config.estimator != "gae" and all(len(g) == 1 for g in groups.values())
+        if not (flat or grouped):
+            return None
+        what = f"all returned {returns[0]:g}" if flat else f"returned the same within each of its {len(groups)} groups"
+        self.stopped = (
+            f"the first batch's {len(batch)} episodes {what}: RL has nothing to reinforce. An easier task "
+            "(--env-arg config=...), a tool (--tools calc), a warm start on the oracle (--warmstart-steps N), "
+            "a prompt that shows the answer's format, or a larger group (--group-size) would help; "
+            "--allow-no-signal trains anyway"
+        )
+        return False
+
+
 def eval_metrics(stats: dict[str, Any]) -> dict[str, float]:
     """An evaluation as ``eval/`` metrics: success, tool-call rate and the error mix."""
     return {
         "eval/success": stats["success"],
+        "eval/success_low": stats["success_ci"][0],
+        "eval/success_high": stats["success_ci"][1],
         "eval/tool_rate": stats["tool_rate"],
         **{f"eval/error/{kind}": share for kind, share in stats.get("errors", {}).items() if kind != "correct"},
     }
@@ -235,8 +288,10 @@ __all__ = [
     "CheckpointCallback",
     "Evaluator",
     "MetricsCallback",
+    "NoSignal",
     "ProgressCallback",
     "RecordCallback",
+    "ShuffleRewards",
     "StopAtSuccess",
     "eval_metrics",
     "fire",

@@ -38,6 +38,20 @@ PRETRAINED_CONFIG: dict[str, Any] = {
     "kl_coef": 0.0,  # no reference forward; the LoRA rank and the short run bound the drift
 }
 """PPOConfig overrides for a pretrained model (``lmgym train --model``), with LoRA."""
+PURE_RL_CONFIG: dict[str, Any] = {
+    "learning_rate": 1e-4,  # LoRA r=16 on SmolLM2-135M (docs/tasks.md, "From rewards alone")
+    "estimator": "rloo",  # critic-free: a fresh value head on a pretrained model has nothing to offer yet
+    "group_size": 8,  # episodes per task: 8 gives a group a reward spread at success rates of 5-60%
+    "episodes_per_update": 64,
+    "mini_batch_size": 16,
+    "n_epochs": 1,
+    "kl_coef": 0.0,
+    "whiten_advantages": False,  # RLOO's own baseline; whitening would scale a near-empty batch's noise up
+}
+"""PPOConfig overrides for a pretrained model trained from rewards alone (no oracle to warm-start
+from, or ``--warmstart-steps 0``), with LoRA: measured in docs/tasks.md ("From rewards alone")."""
+PURE_RL_PROBE_TOKENS = 256
+"""The turn budget the pure-RL recipe samples the model's own replies with, before it sizes its own."""
 PRETRAINED_LORA: dict[str, Any] = {"r": 16}
 PRETRAINED_WARMSTART_STEPS = 30
 PRETRAINED_MINUTES = 20
@@ -62,19 +76,28 @@ class Recipe:
     a model that keeps calling a tool stops there instead of filling the context."""
     episodes: int | None = None
     """Training episodes (``None``: as many as fit ``PRETRAINED_MINUTES`` here, sized from the first update)."""
+    pure: bool = False
+    """From rewards alone (no demonstrations): ``PURE_RL_CONFIG``, and the turn budget sized from
+    the model's own sampled replies (``reply_budget``) where the env arguments do not set one."""
 
     def describe(self, config: PPOConfig) -> str:
         """The recipe in one line, with ``config``'s values (the flags' where they were given)."""
         lora = config.model.peft_config
+        pure = f"from rewards alone: {config.estimator} in groups of {config.group_size}, temperature "
+        budget = "the turn budget from the model's sampled replies" if self.pure else "the env's budget"
         return ", ".join(
             [
                 f"LoRA r={lora.get('r', 8)}" if lora else "full fine-tuning",
                 f"learning_rate {config.learning_rate:g}",
-                f"warm start {self.warmstart_steps} steps on the oracle" if self.warmstart_steps else "no warm start",
+                f"warm start {self.warmstart_steps} steps on the oracle"
+                if self.warmstart_steps
+                else pure + f"{config.rollout.temperature:g}"
+                if self.pure
+                else "no warm start",
                 f"kl_coef {config.kl_coef:g}",
                 f"{config.episodes_per_update} episodes an update",
                 f"{config.n_epochs} epoch{'s' if config.n_epochs != 1 else ''}",
-                f"max_action_tokens {self.max_action_tokens}" if self.max_action_tokens else "the env's budget",
+                f"max_action_tokens {self.max_action_tokens}" if self.max_action_tokens else budget,
                 f"max_episode_steps {self.max_episode_steps}" if self.max_episode_steps else "the env's turn limit",
                 f"{self.episodes} episodes"
                 if self.episodes
@@ -83,11 +106,13 @@ class Recipe:
         )
 
 
-def pretrained_recipe(env: gym.Env, tokenizer: Any, lora: bool | None = None) -> Recipe:
+def pretrained_recipe(env: gym.Env, tokenizer: Any, lora: bool | None = None, warmstart: int | None = None) -> Recipe:
     """The settings for training a pretrained model on ``env`` (made as the run plays it, with the
     model's tokenizer): LoRA when peft is installed (``lora=False``: full fine-tuning, at TRL's
     learning rate), a warm start of ``PRETRAINED_WARMSTART_STEPS`` where the env has an oracle,
     and the budgets of ``action_budget`` (the turns only where they are fewer than the env's limit).
+    Where the env has no oracle, or ``warmstart=0`` asks for none, RL from rewards alone
+    (``PURE_RL_CONFIG``, ``pure=True``: its turn budget is sized later, from the model's replies).
 
     Example:
         >>> import lmgym
@@ -100,9 +125,9 @@ def pretrained_recipe(env: gym.Env, tokenizer: Any, lora: bool | None = None) ->
     config = {**PRETRAINED_CONFIG, "model": {"peft_config": dict(PRETRAINED_LORA) if lora else None}}
     if not lora:
         config["learning_rate"] = PPOConfig.learning_rate  # all weights move: TRL's rate for them
-    budget = action_budget(env, tokenizer)
+    budget = action_budget(env, tokenizer) if warmstart != 0 else None
     if budget is None:
-        return Recipe(config, 0)
+        return Recipe({**config, **PURE_RL_CONFIG, "learning_rate": config["learning_rate"]}, 0, pure=True)
     limit = getattr(env.spec, "max_episode_steps", None) if env.spec else None
     turns = budget[1] if limit is None or budget[1] < limit else None
     return Recipe(config, PRETRAINED_WARMSTART_STEPS, budget[0], turns)
@@ -127,6 +152,19 @@ def action_budget(env: gym.Env, tokenizer: Any, seeds: range = range(16), turns:
             if terminated or truncated:
                 break
     return -(-max(32, 2 * longest + 16) // 8) * 8, max(2, 2 * most)
+
+
+def reply_budget(lengths: list[int], cap: int) -> int:
+    """A turn budget from the lengths (tokens) of a model's own sampled replies, each cut at
+    ``cap``: one and a half times the 90th percentile, at least 32, a multiple of 8, at most ``cap``.
+
+    Example:
+        >>> reply_budget([10] * 9 + [40], 256), reply_budget([256] * 10, 256)
+        (64, 256)
+    """
+    ordered = sorted(lengths) or [cap]
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return min(cap, -(-max(32, int(1.5 * p90)) // 8) * 8)
 
 
 def default_config(**overrides: Any) -> PPOConfig:
@@ -169,10 +207,13 @@ __all__ = [
     "PRETRAINED_LORA",
     "PRETRAINED_MINUTES",
     "PRETRAINED_WARMSTART_STEPS",
+    "PURE_RL_CONFIG",
+    "PURE_RL_PROBE_TOKENS",
     "TINY_MODEL_CONFIG",
     "Recipe",
     "action_budget",
     "default_agent",
     "default_config",
     "pretrained_recipe",
+    "reply_budget",
 ]

@@ -1,4 +1,5 @@
-"""Evaluation on held-out seeds: success rate, tool-call rate and mean return."""
+"""Evaluation on held-out seeds: success rate with its 95% Wilson interval, tool-call rate, mean
+return; with ``samples=k``, pass@k and the success rate at the sampling temperature too."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
+from lmgym.agents.intervals import mean_pass_at_k, wilson
 from lmgym.agents.rollout import EVAL_SEED_OFFSET
 from lmgym.agents.trajectories import Trajectories
 
@@ -26,25 +28,59 @@ def evaluate(
     episodes: int = 200,
     greedy: bool = True,
     progress: bool = False,
+    samples: int = 0,
 ) -> tuple[dict[str, Any], Trajectories]:
-    """Plays ``episodes`` held-out episodes; returns ``{"success", "tool_rate", "mean_return",
-    "episodes"}`` and the episodes themselves. With ``progress``, a bar shows the episodes done
-    and the generated tokens per second (one wave of the vector env at a time)."""
+    """Plays ``episodes`` held-out episodes (greedy, or sampled); returns ``{"success",
+    "success_ci", "tool_rate", "mean_return", "episodes", "errors"}`` (``success_ci``: the 95%
+    Wilson interval) and the episodes themselves. With ``samples=k``, each held-out task is also
+    played k times sampled (at the configured temperature): ``sampled`` holds ``success`` (and its
+    interval) over those and ``pass@k`` (``lmgym.agents.intervals.pass_at_k``). With ``progress``,
+    a bar shows the episodes done and the generated tokens per second."""
+    batch = play(agent, envs, held_out_seeds(episodes), 1, {"do_sample": False} if greedy else {}, progress)
+    stats = summary(batch)
+    if samples:
+        sampled = play(agent, envs, held_out_seeds(episodes), samples, {}, progress)
+        counts = [
+            (samples, sum(e.success for e in sampled.episodes[i : i + samples]))
+            for i in range(0, len(sampled), samples)
+        ]
+        stats["sampled"] = {**summary(sampled), "k": samples, f"pass@{samples}": mean_pass_at_k(counts, samples)}
+    return stats, batch
+
+
+def summary(batch: Trajectories) -> dict[str, Any]:
+    stats = batch.stats()
+    wins = sum(e.success for e in batch.episodes)
+    return {
+        "success": stats["env/success"],
+        "success_ci": list(wilson(wins, len(batch))),
+        "tool_rate": stats["env/tool_rate"],
+        "mean_return": float(np.mean(batch.returns)),
+        "episodes": len(batch),
+        "errors": error_mix(batch),
+    }
+
+
+def play(
+    agent: Learner, envs: Any, seeds: list[int], repeats: int, kwargs: dict[str, Any], progress: bool
+) -> Trajectories:
+    """Each of ``seeds`` played ``repeats`` times (a group of them), a wave of the vector env at a time."""
     from tqdm.auto import tqdm
 
-    kwargs = {"do_sample": False} if greedy else {}
-    seeds = held_out_seeds(episodes)
-    wave = envs.num_envs if isinstance(envs, gym.vector.VectorEnv) else 1
+    wave = max(1, (envs.num_envs if isinstance(envs, gym.vector.VectorEnv) else 1) // repeats) * repeats
+    per_wave = wave // repeats
     played: list[Any] = []
     generated, started = 0, time.perf_counter()
-    desc = "evaluating (greedy)" if greedy else "evaluating (sampled)"
-    with tqdm(total=episodes, unit="ep", desc=desc, disable=not progress, leave=False) as bar:
-        for first in range(0, episodes, wave):
+    desc = "evaluating (greedy)" if kwargs.get("do_sample") is False else f"evaluating (sampled x{repeats})"
+    total = len(seeds) * repeats
+    with tqdm(total=total, unit="ep", desc=desc, disable=not progress, leave=False) as bar:
+        for first in range(0, len(seeds), per_wave):
+            part_seeds = seeds[first : first + per_wave]
             part = agent.collect(
                 envs,
-                len(seeds[first : first + wave]),
-                group_size=1,
-                seeds=seeds[first : first + wave],
+                len(part_seeds) * repeats,
+                group_size=repeats,
+                seeds=part_seeds,
                 generation_kwargs=kwargs,
                 score=False,
             )
@@ -52,15 +88,7 @@ def evaluate(
             generated += sum(int(e.action_mask.sum()) for e in part.episodes)
             bar.update(len(part))
             bar.set_postfix(tokens_per_s=f"{generated / max(time.perf_counter() - started, 1e-9):.0f}")
-    batch = Trajectories(played, agent.tokenizer)
-    stats = batch.stats()
-    return {
-        "success": stats["env/success"],
-        "tool_rate": stats["env/tool_rate"],
-        "mean_return": float(np.mean(batch.returns)),
-        "episodes": len(batch),
-        "errors": error_mix(batch),
-    }, batch
+    return Trajectories(played, agent.tokenizer)
 
 
 def error_mix(batch: Trajectories) -> dict[str, float]:

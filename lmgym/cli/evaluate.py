@@ -12,6 +12,7 @@ from typing import Any
 from lmgym.cli.errors import Interrupted, RunError, UsageError, failure_line
 from lmgym.cli.options import (
     add_model_flags,
+    add_samples_flag,
     add_tools_flag,
     check_inputs,
     close_within,
@@ -24,13 +25,14 @@ from lmgym.cli.spec import RunSpec
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("eval", help="greedy success on held-out seeds (and sampled, with --sampled)")
+    p = sub.add_parser("eval", help="greedy success on held-out seeds, with its 95% interval (pass@k with --samples)")
     p.add_argument("env_id")
     p.add_argument("--model", required=True, help="a directory saved by lmgym train (or any HF model path)")
     p.add_argument("--episodes", type=int, default=200)
     p.add_argument("--num-envs", type=int, default=50)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--sampled", action="store_true", help="also play the episodes sampled (default: greedy only)")
+    p.add_argument("--sampled", action="store_true", help="also play the episodes sampled once: --samples 1")
+    add_samples_flag(p)
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
     add_tools_flag(p)
     add_model_flags(p)
@@ -96,21 +98,49 @@ def evaluate_model(spec: RunSpec) -> None:
     spec = dataclasses.replace(as_trained(spec), config=PPOConfig(seed=spec.seed))
     agent = make_agent(spec)
     check_chat_template(spec, agent.tokenizer)
-    envs = make_envs(spec, min(spec.num_envs, episodes), agent.tokenizer)
+    samples = max(spec.samples, 1 if spec.sampled else 0)
+    envs = make_envs(spec, eval_envs_count(spec.num_envs, episodes, samples), agent.tokenizer)
     if not spec.json:
         wrapped = [f"tools {spec.tools}"] * bool(spec.tools) + ["its chat template"] * bool(spec.chat_template)
         print(f"{spec.env_id}{' with ' + ' and '.join(wrapped) if wrapped else ''}, {spec.env_kwargs or 'no env args'}")
-    results = {"greedy": evaluate(agent, envs, episodes, greedy=True, progress=True)[0]}
-    if spec.sampled:
-        results["sampled"] = evaluate(agent, envs, episodes, greedy=False, progress=True)[0]
+    stats = evaluate(agent, envs, episodes, greedy=True, progress=True, samples=samples)[0]
     if spec.json:
-        print(json.dumps({**results["greedy"], **({"sampled": results["sampled"]} if spec.sampled else {})}))
+        print(json.dumps(stats))
         return
-    rows = [
-        [name, f"{s['success']:.1%}", f"{s['tool_rate']:.1%}", f"{s['mean_return']:.3f}", str(s["episodes"])]
-        for name, s in results.items()
+    print(results_table(stats))
+
+
+def eval_envs_count(num_envs: int, episodes: int, samples: int) -> int:
+    """Envs for an evaluation: at most ``num_envs`` and ``episodes`` (times ``samples``), a multiple of ``samples``."""
+    k = max(1, samples)
+    return max(k, min(num_envs, episodes * k) // k * k)
+
+
+def results_table(stats: dict[str, Any]) -> str:
+    """An evaluation as a table: greedy success with its 95% interval, and, when it has them, the
+    sampled success and pass@k."""
+    rows = [row("greedy", stats)]
+    sampled = stats.get("sampled")
+    if sampled:
+        k = sampled["k"]
+        rows.append(row(f"sampled (x{k})", sampled) + [f"{sampled[f'pass@{k}']:.1%}"])
+    header = ["", "success", "95% interval", "tool-call rate", "mean return", "episodes"]
+    return table(
+        header + ([f"pass@{sampled['k']}"] if sampled else []),
+        [r + [""] * (len(header) + bool(sampled) - len(r)) for r in rows],
+    )
+
+
+def row(name: str, s: dict[str, Any]) -> list[str]:
+    lo, hi = s["success_ci"]
+    return [
+        name,
+        f"{s['success']:.1%}",
+        f"{lo:.1%}-{hi:.1%}",
+        f"{s['tool_rate']:.1%}",
+        f"{s['mean_return']:.3f}",
+        str(s["episodes"]),
     ]
-    print(table(["", "success", "tool-call rate", "mean return", "episodes"], rows))
 
 
 __all__ = ["add_parser", "evaluate_command"]

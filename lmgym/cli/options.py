@@ -104,6 +104,16 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", default=None, help="system message for --chat-template")
 
 
+def add_samples_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=0,
+        metavar="K",
+        help="evaluations also play each held-out task K times sampled: pass@K and the sampled success rate",
+    )
+
+
 def add_ray_flags(p: argparse.ArgumentParser) -> None:
     """``--ray``, ``--env-workers``, ``--env-worker-cpus``: the envs in Ray actors."""
     p.add_argument(
@@ -165,7 +175,7 @@ def check_inputs(spec: RunSpec) -> None:
 
     close_within(with_tools(make_env(spec.env_id, **spec.env_kwargs), spec.tools))  # a bad --env-arg or --tools
     least = [("episodes", 1), ("num_envs", 1), ("eval_episodes", 1), ("threads", 1), ("eval_every", 0)]
-    for flag, low in least + [("env_workers", 0), ("env_worker_cpus", 0)]:
+    for flag, low in least + [("env_workers", 0), ("env_worker_cpus", 0), ("samples", 0)]:
         value = getattr(spec, flag)
         if value is not None and not low <= value < float("inf"):
             raise UsageError(f"--{flag.replace('_', '-')} must be at least {low}, got {value}")
@@ -204,6 +214,7 @@ __all__ = [
     "UsageError",
     "add_config_flags",
     "add_ray_flags",
+    "add_samples_flag",
     "add_model_flags",
     "add_tools_flag",
     "check_env_id",

@@ -35,14 +35,15 @@ def write_outputs(spec: RunSpec, agent: PPOAgent, before: tuple, after: tuple) -
 
 def report(spec: RunSpec, agent: PPOAgent, before: dict[str, Any], after: dict[str, Any], wall: float) -> None:
     """``summary.json``, and the before/after table."""
-    keys = ("success", "tool_rate", "mean_return", "errors")
+    keys = ("success", "success_ci", "tool_rate", "mean_return", "errors", "sampled")
     summary = {
         "env": spec.env_id,
         "model": spec.model or "default (tiny Llama, warm-started)",
         "tools": spec.tools,
         "warmstart_steps": spec.warmstart_steps,
-        "before": {k: before[k] for k in keys},
-        "after": {k: after[k] for k in keys},
+        "before": {k: before[k] for k in keys if k in before},
+        "after": {k: after[k] for k in keys if k in after},
+        "reward_control": spec.reward_control,
         "wall_seconds": round(wall, 1),
         "seed": spec.seed,
         "episodes": agent.num_episodes,
@@ -51,12 +52,26 @@ def report(spec: RunSpec, agent: PPOAgent, before: dict[str, Any], after: dict[s
     write_aside(spec.out / "summary.json", json.dumps(summary, indent=2))
     rows = [
         ["success (greedy)", f"{before['success']:.1%}", f"{after['success']:.1%}"],
+        ["  95% interval", interval(before), interval(after)],
         ["tool-call rate", f"{before['tool_rate']:.1%}", f"{after['tool_rate']:.1%}"],
         ["mean return", f"{before['mean_return']:.3f}", f"{after['mean_return']:.3f}"],
     ]
+    if "sampled" in before and "sampled" in after:
+        k = before["sampled"]["k"]
+        rows.append(
+            [f"success (sampled x{k})", f"{before['sampled']['success']:.1%}", f"{after['sampled']['success']:.1%}"]
+        )
+        rows.append([f"pass@{k}", f"{before['sampled'][f'pass@{k}']:.1%}", f"{after['sampled'][f'pass@{k}']:.1%}"])
     print(table(["", "before", "after"], rows))
+    gain, n = after["success"] - before["success"], after["episodes"]
+    print(f"greedy success {gain:+.1%} ({before['success']:.1%} -> {after['success']:.1%}, {n} held-out episodes)")
     print(f"wall time {wall:.0f} s; {agent.num_episodes} episodes; outputs in {spec.out}/")
     print(f"see what training did, token by token: lmgym view {spec.out}")
+
+
+def interval(stats: dict[str, Any]) -> str:
+    lo, hi = stats["success_ci"]
+    return f"{lo:.1%}-{hi:.1%}"
 
 
 __all__ = ["report", "write_outputs"]

@@ -131,7 +131,8 @@ def pretrained_recipe(spec: RunSpec) -> tuple[RunSpec, Recipe]:
     check_chat_template(spec, tokenizer)
     env = guarded_env(spec, tokenizer)
     try:
-        recipe = defaults.pretrained_recipe(env, tokenizer, lora=None if spec.lora is None else spec.lora != "none")
+        lora = None if spec.lora is None else spec.lora != "none"
+        recipe = defaults.pretrained_recipe(env, tokenizer, lora=lora, warmstart=spec.warmstart_steps)
     finally:
         env.close()
     steps = recipe.warmstart_steps if spec.warmstart_steps is None else spec.warmstart_steps
@@ -196,6 +197,39 @@ def guarded_env(spec: RunSpec, tokenizer: Tokenizer) -> gym.Env:
 
     make = env_maker(spec, tokenizer)
     return Guarded(make(), factory=make, step_timeout=spec.step_timeout)
+
+
+def reply_budget(spec: RunSpec, agent: PPOAgent, episodes: int = 16) -> int:
+    """The turn budget of a run from rewards alone, from the model's own replies: ``episodes``
+    sampled with a generous budget (``PURE_RL_PROBE_TOKENS``), sized by ``defaults.reply_budget``."""
+    from lmgym.agents.defaults import PURE_RL_PROBE_TOKENS
+    from lmgym.agents.defaults import reply_budget as sized
+
+    cap = PURE_RL_PROBE_TOKENS
+    probe = make_envs(
+        dataclasses.replace(spec, env_kwargs={**spec.env_kwargs, "max_action_tokens": cap}), 8, agent.tokenizer
+    )
+    try:
+        batch = agent.collect(probe, episodes, group_size=1, score=False)
+    finally:
+        probe.close()
+    lengths = [len(turn) for e in batch for turn in turn_lengths(e)]
+    budget = sized(lengths, cap)
+    cut = sum(n >= cap for n in lengths)
+    print(f"turn budget: {budget} tokens, from {len(lengths)} sampled replies ({cut} of them reached {cap} tokens)")
+    return budget
+
+
+def turn_lengths(episode: Any) -> list[list[int]]:
+    """The token ids of each turn the model wrote in ``episode``."""
+    mask, turns, start = episode.action_mask.tolist(), [], None
+    for t, on in enumerate(mask + [False]):
+        if on and start is None:
+            start = t
+        elif not on and start is not None:
+            turns.append(episode.tokens[start:t].tolist())
+            start = None
+    return turns
 
 
 def make_envs(spec: RunSpec, n: int, tokenizer: Tokenizer) -> VectorEnv:

@@ -107,8 +107,14 @@ class RunSpec:
     env_workers: int = 0
     env_worker_cpus: float | None = None
     stop_at_success: float | None = None
-    estimator: str = "gae"
+    estimator: str | None = None
+    """``--estimator`` (``None``: the default model's or the recipe's)."""
     generation_kwargs: Any = None
+    samples: int = 0
+    """``--samples k``: evaluations also report pass@k and the sampled success rate."""
+    reward_control: str | None = None
+    """``--reward-control shuffle``: the run is its own control (``lmgym.agents.callbacks.ShuffleRewards``)."""
+    allow_no_signal: bool = False
     settings: dict[tuple[str, ...], Any] = field(default_factory=dict)
     """The ``PPOConfig`` settings the flags gave, by path (``("rollout", "overlap")``)."""
     config: PPOConfig | None = None

@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from lmgym.agents.defaults import PRETRAINED_MINUTES
 from lmgym.cli.errors import Interrupted, RunError, UsageError, failure_line
+from lmgym.cli.evaluate import eval_envs_count
 from lmgym.cli.options import (
     add_config_flags,
     add_model_flags,
     add_ray_flags,
+    add_samples_flag,
     add_tools_flag,
     check_inputs,
 )
@@ -36,6 +38,7 @@ from lmgym.cli.session import (
     make_envs,
     pretrained_recipe,
     quiet_transformers,
+    reply_budget,
     set_threads,
     warn_cut_turns,
 )
@@ -103,7 +106,24 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out (default: refuse)")
     add_ray_flags(p)
     add_config_flags(p)
-    p.add_argument("--estimator", choices=["gae", "rloo", "grpo"], default="gae")
+    p.add_argument(
+        "--estimator",
+        choices=["gae", "rloo", "grpo"],
+        default=None,
+        help="advantage estimator (default: gae; rloo from rewards alone with --model)",
+    )
+    p.add_argument(
+        "--reward-control",
+        choices=["shuffle"],
+        default=None,
+        help="the control run of a learning claim: each update's rewards permuted across its episodes",
+    )
+    p.add_argument(
+        "--allow-no-signal",
+        action="store_true",
+        help="train even when the first batch gives RL nothing to learn from (default: stop, saying so)",
+    )
+    add_samples_flag(p)
     p.add_argument("--generation-kwargs", type=json.loads, default=None, help="JSON of transformers generation kwargs")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=train)
@@ -145,9 +165,11 @@ def run(spec: RunSpec, built: dict[str, Any], started: float) -> None:
     agent = built["agent"] = make_agent(spec)
     check_chat_template(spec, agent.tokenizer)
     print(format_memory(agent.memory_estimate()))
+    if recipe is not None and recipe.pure and "max_action_tokens" not in spec.env_kwargs:
+        spec = dataclasses.replace(spec, env_kwargs={**spec.env_kwargs, "max_action_tokens": reply_budget(spec, agent)})
     k = config.group_size or 1
     envs = built["envs"] = make_envs(spec, max(k, spec.num_envs // k * k), agent.tokenizer)
-    eval_envs = make_envs(spec, min(50, spec.eval_episodes), agent.tokenizer)
+    eval_envs = make_envs(spec, eval_envs_count(50, spec.eval_episodes, spec.samples), agent.tokenizer)
     if spec.resume is not None:
         resume(agent, spec.resume, envs)
     before = evaluate_before(spec, agent, eval_envs)
@@ -172,8 +194,11 @@ def run_config(spec: RunSpec, recipe: Recipe | None = None) -> PPOConfig:
         from lmgym.agents.models import parse_lora
 
         chosen[("model", "peft_config")] = None if spec.lora == "none" else parse_lora(spec.lora)
-    chosen.update({("seed",): spec.seed, ("estimator",): spec.estimator})
-    chosen[("rollout", "generation_kwargs")] = spec.generation_kwargs or {}
+    chosen[("seed",)] = spec.seed
+    if spec.estimator is not None:
+        chosen[("estimator",)] = spec.estimator
+    if spec.generation_kwargs is not None:
+        chosen[("rollout", "generation_kwargs")] = spec.generation_kwargs
     given = nested(chosen)
     for group in ("rollout", "engine", "model", "run"):  # a group the recipe set and the flags set both
         if isinstance(base.get(group), dict) and group in given:
@@ -203,7 +228,7 @@ def evaluate_before(spec: RunSpec, agent: PPOAgent, eval_envs: VectorEnv) -> Eva
     from lmgym.agents.evaluation import evaluate
     from lmgym.agents.metrics import MetricsLogger
 
-    before = evaluate(agent, eval_envs, spec.eval_episodes, progress=True)
+    before = evaluate(agent, eval_envs, spec.eval_episodes, progress=True, samples=spec.samples)
     warn_cut_turns(agent, before[1], agent.env_contract(eval_envs).max_new_tokens)
     if spec.resume is None:  # a resumed run keeps the history it has
         logger = MetricsLogger(spec.out, agent.config.settings())
@@ -216,16 +241,21 @@ def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv)
     """PPO for ``--episodes`` (``None``: as many as fit ``PRETRAINED_MINUTES`` here, sized from the
     first update), evaluated every ``--eval-every`` updates, ending early at ``--stop-at-success``;
     the final evaluation. The first update is timed, and the run's time estimated from it."""
-    from lmgym.agents.callbacks import Evaluator, StopAtSuccess
+    from lmgym.agents.callbacks import Evaluator, NoSignal, ShuffleRewards, StopAtSuccess
     from lmgym.agents.evaluation import evaluate
 
     target = spec.episodes
-    evaluator = Evaluator(eval_envs, min(100, spec.eval_episodes), spec.eval_every, spec.eval_episodes, target)
-    stop, timer = StopAtSuccess(spec.stop_at_success), FirstUpdate()
-    first_callbacks: list[Any] = [evaluator, stop, timer]
+    evaluator = Evaluator(
+        eval_envs, min(100, spec.eval_episodes), spec.eval_every, spec.eval_episodes, target, spec.samples
+    )
+    stop, timer, signal = StopAtSuccess(spec.stop_at_success), FirstUpdate(), NoSignal()
+    control: list[Any] = [ShuffleRewards(spec.seed)] if spec.reward_control == "shuffle" else []
+    first_callbacks: list[Any] = control + ([] if spec.allow_no_signal else [signal]) + [evaluator, stop, timer]
     learn_to = functools.partial(agent.learn, envs, log_dir=spec.out, checkpoint_dir=spec.out / "checkpoints")
     first = agent.num_episodes + agent.config.episodes_per_update
     learn_to(total_episodes=first if target is None else min(first, target), callbacks=first_callbacks)
+    if signal.stopped:
+        raise RunError(signal.stopped)
     if target is None:
         target = budget_episodes(agent, timer.seconds, PRETRAINED_MINUTES * 60, spec.eval_every)
         evaluator.total_episodes = target
@@ -233,8 +263,8 @@ def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv)
     elif agent.num_episodes < target:
         print(f"update {agent.num_updates} took {timer.seconds:.0f} s: {describe_budget(agent, target, timer.seconds)}")
     if agent.num_episodes < target and not stop.stopped:
-        learn_to(total_episodes=target, callbacks=[evaluator, stop])
-    return evaluator.final or evaluate(agent, eval_envs, spec.eval_episodes)
+        learn_to(total_episodes=target, callbacks=[*control, evaluator, stop])
+    return evaluator.final or evaluate(agent, eval_envs, spec.eval_episodes, samples=spec.samples)
 
 
 class FirstUpdate:

@@ -10,6 +10,13 @@ from lmgym.core import LMEnv
 
 ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL)
 BARE = re.compile(r"[^\n<>]{1,40}")  # a reply that is nothing but a short answer ("No.", "42")
+BOXED = re.compile(r"\\boxed\{([^{}\n]*)\}")
+SAID = re.compile(r"\b(?:final answer|answer)\b[*\s]{0,3}(?:is\b\s*:?|:|=)", re.IGNORECASE)
+TRAILING_EQUALS = re.compile(r"=\s*([^=\n]+)$")
+ANSWER_FORMATS = ("tags", "final")
+EXAMPLE_INDEX = 2**31 - 1
+"""The instance a worked example is drawn from (``example=True``): no training seed (below 2**30)
+or held-out seed (from 2**30) reaches it."""
 
 
 def extract_answer(text: str) -> str | None:
@@ -28,6 +35,31 @@ def extract_answer(text: str) -> str | None:
     return answer.strip() or None
 
 
+def final_answer(text: str) -> str | None:
+    """The final answer of a reply, as chat models write one around it: the last of an
+    ``<answer>`` tag, a ``\\boxed{...}`` and a statement ``the answer is X`` / ``Answer: X`` (to
+    the end of its line); else a trailing ``= X`` of the last line (``5 + 8 = 13``); else the whole
+    reply when it is a bare short answer. Markdown emphasis is dropped. One answer only: a reply
+    that lists candidates hands the scorer its last statement, never each of them.
+
+    Example:
+        >>> final_answer("5 + 8 = 13"), final_answer("The answer is **13**."), final_answer("\\\\boxed{7} or 8")
+        ('13', '13.', '7')
+        >>> final_answer("Answer: 4. No wait, the final answer is: 5")
+        '5'
+        >>> final_answer("We add them all up, then carry the one to the next column")
+    """
+    said = [(m.start(), text[m.end() :].split("\n", 1)[0]) for m in SAID.finditer(text)]
+    tagged = [(m.start(), m.group(1)) for pattern in (ANSWER, BOXED) for m in pattern.finditer(text)]
+    if said or tagged:
+        answer = max(said + tagged)[1]
+    else:
+        lines = text.strip().splitlines()
+        equals = TRAILING_EQUALS.search(lines[-1]) if lines else None
+        answer = equals.group(1) if equals else text if BARE.fullmatch(text.strip()) else ""
+    return answer.replace("**", "").strip().strip("_").strip() or None
+
+
 class ReasoningGymEnv(LMEnv):
     """A reasoning-gym task: one question per episode, scored by reasoning-gym itself.
 
@@ -38,7 +70,11 @@ class ReasoningGymEnv(LMEnv):
     instead (made once, seeded by ``config["seed"]``), and ``s`` takes its item ``s % size``.
     The model answers inside ``<answer>...</answer>`` (the stop string); an ``<answer>`` whose
     turn ended before its closing tag counts, and so does a reply that is nothing but a short
-    bare answer (``No.``), as chat models write them (``extract_answer``).
+    bare answer (``No.``), as chat models write them (``extract_answer``). With
+    ``answer_format="final"`` the answer is the reply's final one however a chat model wrote it
+    (the last ``<answer>``, ``\\boxed{}``, ``the answer is X``, a trailing ``= X``:
+    ``final_answer``); with ``example=True`` the prompt starts with one worked example of the
+    task (an instance no training or held-out seed reaches), which shows the answer's format.
 
     ## Action Space
     ``TokenSequence(vocab_size, max_action_tokens=64)``.
@@ -68,7 +104,8 @@ class ReasoningGymEnv(LMEnv):
 
     ## Arguments
     ``gym.make("lmgym/ReasoningGym-v0", task="chain_sum", config={"min_terms": 2},
-    max_attempts=1, partial_credit=True, tokenizer=None)``; ``lmgym list --tasks reasoning-gym`` names the tasks.
+    max_attempts=1, partial_credit=True, example=False, answer_format="tags", tokenizer=None)``;
+    ``lmgym list --tasks reasoning-gym`` names the tasks.
 
     ## Version History
     - v0: first version.
@@ -85,6 +122,8 @@ class ReasoningGymEnv(LMEnv):
         config: dict[str, Any] | None = None,
         max_attempts: int = 1,
         partial_credit: bool = True,
+        example: bool = False,
+        answer_format: str = "tags",
         tokenizer: Any = None,
         render_mode: str | None = None,
         max_action_tokens: int | None = None,
@@ -95,11 +134,15 @@ class ReasoningGymEnv(LMEnv):
         check_name("reasoning-gym task", task, names, "reasoning-gym")
         if max_attempts < 0:
             raise ValueError(f"max_attempts must be >= 0, got {max_attempts}")
+        if answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
+        self.example, self.answer_format = bool(example), answer_format
         self.task, self.max_attempts, self.partial_credit = task, int(max_attempts), bool(partial_credit)
         self.config = {"seed": 0, **(config or {})}
         self.finite = "size" in self.config  # else one instance per seed, made at reset
         self.dataset = self._dataset(self.config if self.finite else {**self.config, "size": 1})
         self.reseedable = not self.finite and self._reseedable()
+        self.example_text = self._example() if self.example else ""
         self.entry: dict[str, Any] = {}
         self.attempts = 0
         self.refused: str | None = None  # why the last answer was not scored (code_answers)
@@ -117,6 +160,15 @@ class ReasoningGymEnv(LMEnv):
                 self.dataset = self._dataset({**self.config, "size": 1})
                 return False
         return True
+
+    def _example(self) -> str:
+        """One worked example of the task, an instance no training or held-out seed reaches:
+        its question and its answer in the tags (what the prompt asks for)."""
+        index = EXAMPLE_INDEX % len(self.dataset) if self.finite else 0
+        source = self.dataset if self.finite else self._dataset({**self.config, "seed": EXAMPLE_INDEX, "size": 1})
+        entry = self._item(source, index)
+        question = str(entry["question"]).rstrip()
+        return f"An example of this task, answered:\n{question}\n<answer>{entry['answer']}</answer>\n\nNow this one:\n"
 
     def _item(self, dataset: Any, index: int) -> dict[str, Any]:
         with named_errors(f"reasoning-gym task {self.task!r} (item {index}, config {self.config})"):
@@ -148,11 +200,11 @@ class ReasoningGymEnv(LMEnv):
         self.entry = self._item(self.dataset, index % len(self.dataset) if self.finite else 0)
         self.attempts = 0
         question = str(self.entry["question"]).rstrip()
-        prompt = f"{question}\nAnswer inside <answer></answer>.\n"
+        prompt = f"{self.example_text}{question}\nAnswer inside <answer></answer>.\n"
         return prompt, {"task": self.task, "index": index}
 
     def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        answer = extract_answer(text)
+        answer = extract_answer(text) if self.answer_format == "tags" else final_answer(text)
         if answer is None:
             self.attempts += 1
             done = self.attempts > self.max_attempts

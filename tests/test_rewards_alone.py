@@ -1,0 +1,155 @@
+"""RL from rewards alone: the control run, the no-signal stop, evaluations with their uncertainty,
+answers as chat models write them, and the pure-RL recipe end to end (a smoke run, not a learning run)."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import gymnasium as gym
+import pytest
+import torch
+from helpers import build_chat_model, tiny_model
+
+import lmgym  # noqa: F401
+from lmgym.agents import PPOAgent, PPOConfig
+from lmgym.agents.callbacks import NoSignal, ShuffleRewards
+from lmgym.agents.evaluation import evaluate
+from lmgym.agents.intervals import pass_at_k, wilson
+from lmgym.agents.trajectories import Episode, Trajectories
+from lmgym.compat import installed
+from lmgym.tokenizers import ByteTokenizer
+
+pytestmark = pytest.mark.timeout(1800)
+
+
+def episode(rewards, group=0):
+    n = len(rewards)
+    mask = [False] + [True] * n
+    return Episode(torch.zeros(n + 1, dtype=torch.long), mask, list(range(1, n + 1)), list(rewards), group=group)
+
+
+def test_the_shuffled_control_keeps_the_returns_and_breaks_the_pairing():
+    batch = Trajectories([episode([float(i % 7 == 0)], group=i // 8) for i in range(64)])
+    returns = [e.return_ for e in batch]
+    control = ShuffleRewards(seed=0)
+    moved = 0
+    for _ in range(5):
+        before = [e.return_ for e in batch]
+        control.on_collect(None, batch)
+        after = [e.return_ for e in batch]
+        assert Counter(after) == Counter(returns)  # the same distribution
+        moved += sum(a != b for a, b in zip(before, after))
+    assert moved > 20  # which episode earned it is lost
+    multi = Trajectories([episode([0.0, 0.5, 0.5]), episode([0.0, 0.0, 0.0])])
+    ShuffleRewards(seed=1).on_collect(None, multi)
+    assert sorted(e.return_ for e in multi) == [0.0, 1.0] and all(e.rewards[:2] == [0.0, 0.0] for e in multi)
+
+
+def test_no_signal_stops_on_a_batch_rl_cannot_learn_from():
+    agent = type("A", (), {"config": PPOConfig(estimator="rloo", group_size=2)})()
+    check = NoSignal()
+    flat = Trajectories([episode([0.0], group=g) for g in range(4)])
+    assert check.on_collect(agent, flat) is False and "all returned 0" in check.stopped
+    grouped = Trajectories([episode([float(g)], group=g) for g in (0, 0, 1, 1)])
+    check = NoSignal()
+    assert check.on_collect(agent, grouped) is False and "within each of its 2 groups" in check.stopped
+    useful = Trajectories([episode([r], group=0) for r in (0.0, 1.0)])
+    check = NoSignal()
+    assert check.on_collect(agent, useful) is None and check.stopped is None
+    assert check.on_collect(agent, flat) is None  # only the first batch is checked
+
+
+def test_intervals_and_pass_at_k_by_hand():
+    lo, hi = wilson(10, 40)
+    p, n, z = 0.25, 40, 1.959963984540054
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    assert (lo, hi) == pytest.approx((centre - half, centre + half))
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4) and pass_at_k(5, 2, 2) == pytest.approx(1 - 3 / 10)
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 3)
+
+
+def test_an_evaluation_carries_its_interval_and_pass_at_k():
+    agent = PPOAgent(tiny_model(258, 256, n_layer=1, n_embd=32), tokenizer=ByteTokenizer(), config=PPOConfig(seed=0))
+    envs = gym.make_vec("lmgym/Echo-v0", num_envs=8)
+    stats, batch = evaluate(agent, envs, 8, samples=4)
+    wins = sum(e.success for e in batch)
+    assert stats["success_ci"] == list(wilson(wins, 8)) and stats["episodes"] == 8
+    sampled = stats["sampled"]
+    assert sampled["k"] == 4 and sampled["episodes"] == 32 and 0 <= sampled["pass@4"] <= 1
+    assert sampled["pass@4"] >= sampled["success"]  # at least one of four does as well as one on average
+
+
+@pytest.mark.skipif(not installed("reasoning_gym"), reason="pip install 'lmgym[reasoning-gym]'")
+def test_a_worked_example_and_the_final_answer_as_chat_models_write_it():
+    env = gym.make("lmgym/ReasoningGym-v0", task="basic_arithmetic", example=True, answer_format="final")
+    prompt, _ = env.reset(seed=3)
+    assert prompt.startswith("An example of this task, answered:\n") and prompt.count("<answer>") == 2
+    assert (
+        gym.make("lmgym/ReasoningGym-v0", task="basic_arithmetic", example=True)
+        .reset(seed=4)[0]
+        .startswith(prompt.split("Now this one:")[0])
+    )  # one example for every seed: no held-out answer in it
+    answer = env.unwrapped.entry["answer"]
+    tok = env.unwrapped.tokenizer
+    for reply, correct in [
+        (f"Let me see. The answer is **{answer}**.", True),
+        (f"2 + 2 = 4, so the result is = {answer}", True),
+        (f"The answer is {answer}. No wait, the answer is {int(answer) + 1}", False),  # only the final one counts
+        (f"It could be {answer} or {int(answer) + 1} or {int(answer) + 2}, I think, but I am not sure", False),
+    ]:
+        env.reset(seed=3)
+        assert env.step(tok.encode(reply))[4]["correct"] is correct, reply
+    with pytest.raises(ValueError, match="answer_format must be one of"):
+        gym.make("lmgym/ReasoningGym-v0", task="basic_arithmetic", answer_format="loose")
+
+
+def lmgym_cli(*args):
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__)}
+    return subprocess.run(
+        [sys.executable, "-m", "lmgym.cli", *args], capture_output=True, text=True, timeout=1500, env=env
+    )
+
+
+def test_rewards_alone_end_to_end_says_what_it_picked_and_reports_intervals(tmp_path):
+    """The pure-RL recipe on a tiny chat model (a smoke run: nothing is learned), its control, and
+    an evaluation with pass@k of what it saved."""
+    path = build_chat_model("qwen2", tmp_path / "m")
+    out = tmp_path / "run"
+    small = ["--episodes", "16", "--num-envs", "8", "--eval-episodes", "8", "--episodes-per-update", "16"]
+    result = lmgym_cli(
+        "train", "lmgym/Echo-v0", "--model", str(path), "--chat-template", "--warmstart-steps", "0",
+        *small, "--samples", "2", "--reward-control", "shuffle", "--allow-no-signal", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("recipe for a pretrained model: ")]
+    assert "from rewards alone: rloo in groups of 8, temperature 1" in line
+    assert "the turn budget from the model's sampled replies" in line
+    assert any(x.startswith("turn budget: ") for x in result.stdout.splitlines())
+    assert "95% interval" in result.stdout and "pass@2" in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["reward_control"] == "shuffle" and summary["estimator"] == "rloo"
+    for phase in ("before", "after"):
+        lo, hi = summary[phase]["success_ci"]
+        assert lo <= summary[phase]["success"] <= hi and summary[phase]["sampled"]["k"] == 2
+    result = lmgym_cli("eval", "lmgym/Echo-v0", "--model", str(out / "model"), "--episodes", "8", "--samples", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "95% interval" in result.stdout and "pass@2" in result.stdout
+
+
+@pytest.mark.skipif(not installed("reasoning_gym"), reason="pip install 'lmgym[reasoning-gym]'")
+def test_a_first_batch_without_signal_stops_the_run_in_one_line(tmp_path):
+    path = build_chat_model("qwen2", tmp_path / "m")  # untrained: it never writes the sum
+    result = lmgym_cli(
+        "train", "lmgym/ReasoningGym-v0", "--env-arg", "task=basic_arithmetic", "--model", str(path),
+        "--warmstart-steps", "0", "--env-arg", "max_action_tokens=8", "--env-arg", "partial_credit=False",
+        "--episodes", "64", "--num-envs", "8",
+        "--eval-episodes", "8", "--episodes-per-update", "16", "--out", str(tmp_path / "run"),
+    )  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("lmgym train: failed: ")]
+    assert "RL has nothing to reinforce" in line and "--allow-no-signal" in line
