@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from lmgym.agents.learner import Learner
 from lmgym.agents.metrics import MetricsLogger
@@ -247,7 +247,7 @@ class NoSignal(Callback):
     advantages are then all 0). ``stopped`` holds the line that says so, and what would help."""
 
     def __init__(self) -> None:
-        self.checked, self.stopped = False, None
+        self.checked, self.stopped = False, cast(str | None, None)
 
     def on_collect(self, agent: Learner, batch: Trajectories) -> bool | None:
         if self.checked:
