@@ -188,9 +188,10 @@ def test_train_names_a_failing_env_in_one_line_and_resumes_once_it_is_fixed(tmp_
     out = tmp_path / "run"
     common = ["--model", str(tmp_path / "m"), "--num-envs", "4", "--eval-episodes", "4", "--eval-every", "0"]
     common += ["--episodes-per-update", "4", "--record-episodes", "0", "--warmstart-steps", "0", "--out", str(out)]
+    common += ["--env-arg", "max_action_tokens=16", "--allow-no-signal"]  # a budget given: no replies sampled
     broken = run_cli(
         "train", "faulty_env:faulty/Faulty-v0", *common, "--episodes", "64",
-        # after the 16 resets of the recipe's budget
+        # after the first updates
         "--env-arg", "fault=raise", "--env-arg", "seeds=None", "--env-arg", "after_resets=32",
     )  # fmt: skip
     assert broken.returncode == 1, broken.stderr[-2000:]

@@ -157,7 +157,7 @@ def test_lora_cli_train_then_eval_in_a_fresh_process(family, tmp_path):
     small = ["--episodes", "8", "--num-envs", "4", "--episodes-per-update", "4", "--eval-episodes", "4"]
     result = lmgym_cli(
         "train", "lmgym/Countdown-v0", "--model", str(path), "--chat-template", "--lora", "r=4", *small,
-        "--eval-every", "0", "--warmstart-steps", "0", "--out", str(out),
+        "--eval-every", "0", "--warmstart-steps", "0", "--allow-no-signal", "--out", str(out),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "reference model none (LoRA" in result.stdout

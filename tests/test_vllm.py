@@ -205,7 +205,7 @@ def test_lmgym_train_with_vllm_runs_two_updates(tmp_path):
             *(sys.executable, "-m", "lmgym.cli", "train", "lmgym/Calculator-v0", "--engine", "vllm"),
             *("--engine-kwargs", '{"enforce_eager": true, "kv_cache_gb": 1}', "--warmstart-steps", "0"),
             *("--episodes", "32", "--episodes-per-update", "16", "--num-envs", "16", "--mini-batch-size", "16"),
-            *("--eval-episodes", "8", "--eval-every", "0", "--out", str(out)),
+            *("--eval-episodes", "8", "--eval-every", "0", "--allow-no-signal", "--out", str(out)),
         ],
         capture_output=True,
         text=True,

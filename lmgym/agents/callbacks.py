@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from lmgym.agents.learner import Learner
 from lmgym.agents.metrics import MetricsLogger
@@ -242,33 +242,55 @@ class ShuffleRewards(Callback):
 
 
 class NoSignal(Callback):
-    """Stops a run whose first batch gives RL nothing to learn from: every episode returned the same
-    (no reward at all, say), or, for a group estimator, every group's episodes did (GRPO and RLOO
-    advantages are then all 0). ``stopped`` holds the line that says so, and what would help."""
+    """Says when a batch gives RL nothing to learn from: every episode returned the same (no reward
+    at all, say), or, for a group estimator, every group's episodes did (GRPO and RLOO advantages
+    are then all 0). The first such batch of a run gets one line saying what would help; after
+    ``patience`` such batches in a row the run stops (``stopped`` says why) instead of spending
+    its budget on nothing (``patience=None``: it never stops)."""
 
-    def __init__(self) -> None:
-        self.checked, self.stopped = False, cast(str | None, None)
+    def __init__(self, patience: int | None = 3, say: Callable[[str], Any] = print):
+        self.patience, self.say = patience, say
+        self.batches, self.in_a_row, self.warned = 0, 0, False
+        self.stopped: str | None = None
 
     def on_collect(self, agent: Learner, batch: Trajectories) -> bool | None:
-        if self.checked:
-            return None
-        self.checked = True
-        returns = [round(e.return_, 9) for e in batch]
-        groups: dict[int, set[float]] = {}
-        for e, r in zip(batch, returns):
-            groups.setdefault(e.group, set()).add(r)
-        flat = len(set(returns)) <= 1
-        grouped = agent.config.estimator != "gae" and all(len(g) == 1 for g in groups.values())
-        if not (flat or grouped):
-            return None
-        what = f"all returned {returns[0]:g}" if flat else f"returned the same within each of its {len(groups)} groups"
-        self.stopped = (
-            f"the first batch's {len(batch)} episodes {what}: RL has nothing to reinforce. An easier task "
-            "(--env-arg config=...), a tool (--tools calc), a warm start on the oracle (--warmstart-steps N), "
-            "a prompt that shows the answer's format, or a larger group (--group-size) would help; "
-            "--allow-no-signal trains anyway"
-        )
-        return False
+        self.batches += 1
+        problem = no_signal(batch, agent.config.estimator != "gae")
+        self.in_a_row = self.in_a_row + 1 if problem else 0
+        if problem and not self.warned:
+            self.warned = True
+            self.say(f"warning: batch {self.batches}: {problem}: RL has nothing to reinforce. {HELP}")
+        if problem and self.patience is not None and self.in_a_row >= self.patience:
+            self.stopped = f"{self.in_a_row} batches in a row gave RL nothing to learn from (the last: {problem})"
+            return False
+        return None
+
+
+HELP = (
+    "An easier task (--env-arg config=...), a tool (--tools calc), a warm start on the oracle "
+    "(--warmstart-steps N), a prompt that shows the answer's format, or a larger group would help"
+)
+
+
+def no_signal(batch: Trajectories, grouped: bool) -> str | None:
+    """What makes ``batch`` teach nothing (every return the same; with ``grouped``, every group's
+    the same), or ``None``.
+
+    Example:
+        >>> from lmgym.agents.trajectories import Episode, Trajectories
+        >>> flat = Trajectories([Episode([0, 1], [False, True], [1], [0.0], group=g) for g in (0, 0)])
+        >>> no_signal(flat, grouped=True)
+        'its 2 episodes all returned 0'
+    """
+    returns = [round(e.return_, 9) for e in batch]
+    groups: dict[int, set[float]] = {}
+    for e, r in zip(batch, returns):
+        groups.setdefault(e.group, set()).add(r)
+    if len(set(returns)) <= 1:
+        return f"its {len(batch)} episodes all returned {returns[0]:g}" if returns else "it is empty"
+    if grouped and all(len(g) == 1 for g in groups.values()):
+        return f"its {len(batch)} episodes returned the same within each of their {len(groups)} groups"
+    return None
 
 
 def eval_metrics(stats: dict[str, Any]) -> dict[str, float]:

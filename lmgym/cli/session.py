@@ -201,11 +201,12 @@ def guarded_env(spec: RunSpec, tokenizer: Tokenizer) -> gym.Env:
 
 def reply_budget(spec: RunSpec, agent: PPOAgent, episodes: int = 16) -> int:
     """The turn budget of a run from rewards alone, from the model's own replies: ``episodes``
-    sampled with a generous budget (``PURE_RL_PROBE_TOKENS``), sized by ``defaults.reply_budget``."""
+    sampled with a generous budget (``PURE_RL_PROBE_TOKENS``, or half the model's context if that
+    is less), sized by ``defaults.reply_budget``."""
     from lmgym.agents.defaults import PURE_RL_PROBE_TOKENS
     from lmgym.agents.defaults import reply_budget as sized
 
-    cap = PURE_RL_PROBE_TOKENS
+    cap = min(PURE_RL_PROBE_TOKENS, agent.rollout.max_context_tokens // 2)  # the model's context bounds it too
     probe = make_envs(
         dataclasses.replace(spec, env_kwargs={**spec.env_kwargs, "max_action_tokens": cap}), 8, agent.tokenizer
     )

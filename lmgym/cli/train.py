@@ -121,7 +121,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--allow-no-signal",
         action="store_true",
-        help="train even when the first batch gives RL nothing to learn from (default: stop, saying so)",
+        help="train on when batches give RL nothing to learn from (default: stop after 3 such batches in a row)",
     )
     add_samples_flag(p)
     p.add_argument("--generation-kwargs", type=json.loads, default=None, help="JSON of transformers generation kwargs")
@@ -248,22 +248,23 @@ def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv)
     evaluator = Evaluator(
         eval_envs, min(100, spec.eval_episodes), spec.eval_every, spec.eval_episodes, target, spec.samples
     )
-    stop, timer, signal = StopAtSuccess(spec.stop_at_success), FirstUpdate(), NoSignal()
+    stop, timer = StopAtSuccess(spec.stop_at_success), FirstUpdate()
+    signal = NoSignal(patience=None if spec.allow_no_signal else 3)
     control: list[Any] = [ShuffleRewards(spec.seed)] if spec.reward_control == "shuffle" else []
-    first_callbacks: list[Any] = control + ([] if spec.allow_no_signal else [signal]) + [evaluator, stop, timer]
+    first_callbacks: list[Any] = [*control, signal, evaluator, stop, timer]
     learn_to = functools.partial(agent.learn, envs, log_dir=spec.out, checkpoint_dir=spec.out / "checkpoints")
     first = agent.num_episodes + agent.config.episodes_per_update
     learn_to(total_episodes=first if target is None else min(first, target), callbacks=first_callbacks)
-    if signal.stopped:
-        raise RunError(signal.stopped)
     if target is None:
         target = budget_episodes(agent, timer.seconds, PRETRAINED_MINUTES * 60, spec.eval_every)
         evaluator.total_episodes = target
         print(f"episode budget: {target} ({describe_budget(agent, target, timer.seconds)}; --episodes N to choose)")
     elif agent.num_episodes < target:
         print(f"update {agent.num_updates} took {timer.seconds:.0f} s: {describe_budget(agent, target, timer.seconds)}")
-    if agent.num_episodes < target and not stop.stopped:
-        learn_to(total_episodes=target, callbacks=[*control, evaluator, stop])
+    if agent.num_episodes < target and not stop.stopped and not signal.stopped:
+        learn_to(total_episodes=target, callbacks=[*control, signal, evaluator, stop])
+    if signal.stopped:
+        print(f"stopped after {agent.num_episodes} episodes: {signal.stopped}; --allow-no-signal trains on")
     return evaluator.final or evaluate(agent, eval_envs, spec.eval_episodes, samples=spec.samples)
 
 
