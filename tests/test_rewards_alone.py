@@ -157,4 +157,5 @@ def test_a_run_without_signal_says_so_and_stops_without_spending_its_budget(tmp_
     (warning,) = [x for x in result.stdout.splitlines() if x.startswith("warning: batch 1: ")]
     assert "RL has nothing to reinforce" in warning and "--warmstart-steps N" in warning
     (stop,) = [x for x in result.stdout.splitlines() if x.startswith("stopped after ")]
-    assert stop.startswith("stopped after 32 episodes: 3 batches in a row")  # the third is not trained on and "--allow-no-signal" in stop
+    assert stop.startswith("stopped after 32 episodes: 3 batches in a row")  # the third is not trained on
+    assert "--allow-no-signal" in stop
