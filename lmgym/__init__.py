@@ -4,6 +4,8 @@
 nor transformers (those load only when a feature needs them, e.g. ``lmgym.agents``).
 """
 
+from typing import Any
+
 from lmgym.core import EnvError, LMEnv
 from lmgym.envs import register_envs
 from lmgym.spaces import AnyText, TokenSequence
@@ -19,7 +21,18 @@ __all__ = [
     "TokenSequence",
     "Tokenizer",
     "as_tokenizer",
+    "doctor",
     "register_envs",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``lmgym.doctor(agent, envs)`` (``lmgym.checkup.doctor``), imported on first use."""
+    if name == "doctor":
+        from lmgym.checkup import doctor
+
+        return doctor
+    raise AttributeError(f"module 'lmgym' has no attribute {name!r}")
+
 
 register_envs()

@@ -90,3 +90,28 @@ class FaultyEnv(EchoEnv):
 
 
 gym.register("faulty/Faulty-v0", entry_point=FaultyEnv, max_episode_steps=1)
+
+
+class NeverEnv(EchoEnv):
+    """Echo-v0 that never rewards: RL has nothing to learn from."""
+
+    def step_text(self, text: str) -> Any:
+        obs, _, terminated, truncated, info = super().step_text(text)
+        return obs, 0.0, terminated, truncated, {**info, "correct": False}
+
+
+class BudgetAsEndEnv(EchoEnv):
+    """Echo-v0 that takes three turns and says ``terminated`` when its third runs out: a budget
+    reported as the end of the game (registered with the same turn limit)."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self.turns = 0
+        return super().reset(seed=seed, options=options)
+
+    def step_text(self, text: str) -> Any:
+        self.turns += 1
+        return "again\n", 0.0, self.turns >= 3, False, {}
+
+
+gym.register("faulty/Never-v0", entry_point=NeverEnv, max_episode_steps=1)
+gym.register("faulty/BudgetAsEnd-v0", entry_point=BudgetAsEndEnv, max_episode_steps=3)

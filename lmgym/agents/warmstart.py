@@ -188,6 +188,14 @@ def tiny_llama(
     return LlamaForCausalLM(config)
 
 
+def cache_entry(env_id: str, env_kwargs: dict[str, Any], config: WarmStartConfig) -> tuple[str, Path]:
+    """The cache key of a default model's warm start, and where it is (or would be) kept."""
+    key = json.dumps(
+        {"env": env_id, "kwargs": env_kwargs, "config": asdict(config), "v": 4}, sort_keys=True, default=str
+    )
+    return key, cache_dir() / "warmstart" / hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
 CONTEXT_PROBES = 32
 """Demonstrations played to size the context of a default model with no warm start (``steps=0``)."""
 
@@ -211,10 +219,7 @@ def default_model(
 
     config = config or WarmStartConfig()
     env_kwargs = dict(env_kwargs or {})
-    key = json.dumps(
-        {"env": env_id, "kwargs": env_kwargs, "config": asdict(config), "v": 4}, sort_keys=True, default=str
-    )
-    path = cache_dir() / "warmstart" / hashlib.sha256(key.encode()).hexdigest()[:16]
+    key, path = cache_entry(env_id, env_kwargs, config)
     tokenizer = ByteTokenizer(env_special_tokens(env_id, env_kwargs))
     if use_cache and path.exists():
         from transformers import AutoModelForCausalLM

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 import lmgym
-from lmgym.cli import envs, evaluate, export, train, view
+from lmgym.cli import doctor, envs, evaluate, export, train, view
 from lmgym.cli.errors import RunError, UsageError
 from lmgym.cli.options import import_env_module
 from lmgym.cli.spec import parse_kwargs
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_parser(sub)
     train.add_parser(sub)
     evaluate.add_parser(sub)
+    doctor.add_parser(sub)
     export.add_parser(sub)
     return parser
 

@@ -115,6 +115,8 @@ class RunSpec:
     reward_control: str | None = None
     """``--reward-control shuffle``: the run is its own control (``lmgym.agents.callbacks.ShuffleRewards``)."""
     allow_no_signal: bool = False
+    doctor: bool = False
+    """``lmgym train --doctor``: the doctor's checks before training."""
     settings: dict[tuple[str, ...], Any] = field(default_factory=dict)
     """The ``PPOConfig`` settings the flags gave, by path (``("rollout", "overlap")``)."""
     config: PPOConfig | None = None

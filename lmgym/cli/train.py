@@ -126,6 +126,7 @@ def add_parser(sub: Any) -> None:
     add_samples_flag(p)
     p.add_argument("--generation-kwargs", type=json.loads, default=None, help="JSON of transformers generation kwargs")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--doctor", action="store_true", help="run lmgym doctor's checks first; stop on a FAIL")
     p.set_defaults(func=train)
 
 
@@ -165,11 +166,11 @@ def run(spec: RunSpec, built: dict[str, Any], started: float) -> None:
     agent = built["agent"] = make_agent(spec)
     check_chat_template(spec, agent.tokenizer)
     print(format_memory(agent.memory_estimate()))
-    if recipe is not None and recipe.pure and "max_action_tokens" not in spec.env_kwargs:
-        spec = dataclasses.replace(spec, env_kwargs={**spec.env_kwargs, "max_action_tokens": reply_budget(spec, agent)})
-    k = config.group_size or 1
-    envs = built["envs"] = make_envs(spec, max(k, spec.num_envs // k * k), agent.tokenizer)
+    spec = with_reply_budget(spec, recipe, agent)
+    envs = built["envs"] = make_envs(spec, run_envs_count(spec), agent.tokenizer)
     eval_envs = make_envs(spec, eval_envs_count(50, spec.eval_episodes, spec.samples), agent.tokenizer)
+    if spec.doctor:
+        checkup(spec, agent, envs)
     if spec.resume is not None:
         resume(agent, spec.resume, envs)
     before = evaluate_before(spec, agent, eval_envs)
@@ -180,6 +181,21 @@ def run(spec: RunSpec, built: dict[str, Any], started: float) -> None:
         after = learn(spec, agent, envs, eval_envs)
     write_outputs(spec, agent, before, after)
     report(spec, agent, before[0], after[0], time.perf_counter() - started)
+
+
+def with_reply_budget(spec: RunSpec, recipe: Recipe | None, agent: Any) -> RunSpec:
+    """A run from rewards alone takes its turn budget from the model's own sampled replies
+    (``session.reply_budget``) unless the user set ``max_action_tokens``."""
+    if recipe is None or not recipe.pure or "max_action_tokens" in spec.env_kwargs:
+        return spec
+    return dataclasses.replace(spec, env_kwargs={**spec.env_kwargs, "max_action_tokens": reply_budget(spec, agent)})
+
+
+def run_envs_count(spec: RunSpec) -> int:
+    """The run's envs: ``--num-envs`` rounded down to whole groups, at least one group."""
+    assert spec.config is not None
+    k = spec.config.group_size or 1
+    return max(k, spec.num_envs // k * k)
 
 
 def run_config(spec: RunSpec, recipe: Recipe | None = None) -> PPOConfig:
@@ -210,6 +226,18 @@ def run_config(spec: RunSpec, recipe: Recipe | None = None) -> PPOConfig:
     if recipe is not None:
         print(f"recipe for a pretrained model: {recipe.describe(config)} (each of them a flag)")
     return config
+
+
+def checkup(spec: RunSpec, agent: PPOAgent, envs: VectorEnv) -> None:
+    """``--doctor``: ``lmgym.checkup.doctor`` on the run's agent (warm-started) and envs; a FAIL stops the run."""
+    from lmgym.checkup import doctor
+    from lmgym.cli.session import env_maker
+
+    report = doctor(agent, envs, env_maker(spec, agent.tokenizer), total_episodes=spec.episodes)
+    print(report)
+    failed = [c.name for c in report.checks if c.status == "FAIL"]
+    if failed:
+        raise RunError(f"the doctor found {len(failed)} failure(s) ({', '.join(failed)}): see its report above")
 
 
 def resume(agent: PPOAgent, checkpoint: str, envs: VectorEnv) -> None:

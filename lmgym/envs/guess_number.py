@@ -64,7 +64,13 @@ class GuessNumberEnv(LMEnv):
     def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         found = INTEGER.search(text)
         if found is None:
-            return f"Guess a number between {self.low} and {self.high}.\n", 0.0, False, False, {"guess": None}
+            return (
+                f"Guess a number between {self.low} and {self.high}.\n",
+                0.0,
+                False,
+                False,
+                {},
+            )  # no "guess": a vector env keeps ints
         guess = int(found.group())
         self.guesses += 1
         if guess == self.secret:

@@ -1,0 +1,95 @@
+"""``lmgym doctor``: the checks of ``lmgym.checkup`` on the run ``lmgym train`` would make with the
+same arguments, in a minute or two: the same agent (the default model, or ``--model`` with its
+recipe) and envs, before any warm start (a model with one ahead of it gets a warning, not a
+failure, where it earns no reward yet). One line per check; ``--json`` for machines; exit status
+1 on any FAIL."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import TYPE_CHECKING, Any
+
+from lmgym.cli.errors import Interrupted, RunError, UsageError, failure_line
+from lmgym.cli.options import add_config_flags, add_model_flags, add_tools_flag, check_inputs
+from lmgym.cli.spec import RunSpec
+
+if TYPE_CHECKING:
+    from lmgym.checkup import Report
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("doctor", help="check the run lmgym train would make for the silent failures of LLM RL")
+    p.add_argument("env_id", nargs="?", default="lmgym/Calculator-v0")
+    p.add_argument("--model", default=None, help="HF model name or local path (default: the embedded tiny model)")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="gym.make argument")
+    add_tools_flag(p)
+    add_model_flags(p)
+    p.add_argument("--lora", default=None, metavar="SPEC", help="LoRA adapters, as for lmgym train")
+    p.add_argument(
+        "--warmstart-steps",
+        type=int,
+        default=None,
+        help="as for lmgym train (0: the run from rewards alone); the doctor checks the model before it",
+    )
+    p.add_argument("--groups", type=int, default=4, help="groups of sampled episodes to play (default: 4)")
+    p.add_argument("--episodes", type=int, default=None, help="the run's episodes, for its time (default: 4096)")
+    p.add_argument("--num-envs", type=int, default=16)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--seed", type=int, default=0)
+    add_config_flags(p)
+    p.add_argument("--estimator", choices=["gae", "rloo", "grpo"], default=None)
+    p.set_defaults(func=doctor_command)
+
+
+def doctor_command(args: argparse.Namespace) -> None:
+    spec = RunSpec.from_args(args)
+    check_inputs(spec)
+    try:
+        report = examine(spec, args.groups)
+    except (UsageError, RunError):
+        raise
+    except KeyboardInterrupt as e:
+        raise Interrupted(str(e)) from e
+    except BaseException as e:  # noqa: BLE001 (one line; the traceback in a file)
+        from lmgym.cli.evaluate import temporary_log
+
+        raise RunError(failure_line(e, temporary_log())) from e
+    print(report.to_json() if spec.json else report)
+    if not report.ok:
+        sys.exit(1)
+
+
+def examine(spec: RunSpec, groups: int = 4) -> Report:
+    """The agent and envs ``lmgym train`` would build for ``spec`` (no warm start), checked."""
+    from lmgym.checkup import doctor
+    from lmgym.cli.session import env_maker, make_agent, make_envs, pretrained_recipe, quiet_transformers, set_threads
+    from lmgym.cli.train import DEFAULT_EPISODES, run_config, run_envs_count, with_reply_budget
+
+    set_threads(spec.threads)
+    quiet_transformers()
+    spec, recipe = pretrained_recipe(spec) if spec.model else (spec, None)
+    ahead = bool(spec.warmstart_steps) if spec.model else not default_model_cached(spec)
+    spec = dataclasses.replace(spec, config=run_config(spec, recipe), warmstart_steps=0 if ahead else None)
+    agent = make_agent(spec)
+    spec = with_reply_budget(spec, recipe, agent)
+    envs = make_envs(spec, run_envs_count(spec), agent.tokenizer)
+    try:
+        episodes = spec.episodes or DEFAULT_EPISODES
+        return doctor(agent, envs, env_maker(spec, agent.tokenizer), groups, total_episodes=episodes, untrained=ahead)
+    finally:
+        envs.close()
+        agent.close()
+
+
+def default_model_cached(spec: RunSpec) -> bool:
+    """Whether the default model's warm start for this env is in the cache (the doctor then checks
+    the warm-started model; else the model as built, its warm start ahead)."""
+    from lmgym.agents.warmstart import WarmStartConfig, cache_entry
+
+    return cache_entry(spec.env_id, dict(spec.env_kwargs), WarmStartConfig(seed=spec.seed))[1].exists()
+
+
+__all__ = ["add_parser", "doctor_command", "examine"]
