@@ -42,8 +42,15 @@ def config_flags() -> Iterator[tuple[str, tuple[str, ...], Any, Any]]:
 
 
 def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:
-    """``["max_digits=2", "operators=+-"]`` -> ``{"max_digits": 2, "operators": "+-"}``."""
+    """``["max_digits=2", "operators=+-"]`` -> ``{"max_digits": 2, "operators": "+-"}``: a value is a
+    Python literal, else JSON (``config={"negative": false}``), else a string.
+
+    Example:
+        >>> parse_kwargs(["n=2", 'config={"negative": false}', "name=abc"])
+        {'n': 2, 'config': {'negative': False}, 'name': 'abc'}
+    """
     import ast
+    import json
 
     out: dict[str, Any] = {}
     for item in items:
@@ -53,7 +60,10 @@ def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:
         try:
             out[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
-            out[key] = value
+            try:
+                out[key] = json.loads(value)
+            except ValueError:
+                out[key] = value
     return out
 
 
