@@ -47,6 +47,18 @@ def test_unknown_env_is_one_clear_line():
 
 def test_parse_kwargs():
     assert parse_kwargs(["max_digits=2", "operators=+-"]) == {"max_digits": 2, "operators": "+-"}
+    assert parse_kwargs(['config={"negative": false, "n": [1, 2]}']) == {"config": {"negative": False, "n": [1, 2]}}
+
+
+def test_every_command_prints_its_help():
+    """A '%' in one command's help once made `lmgym --help` a traceback."""
+    from lmgym.cli import build_parser
+
+    parser = build_parser()
+    assert "doctor" in parser.format_help()
+    (sub,) = [a for a in parser._actions if a.choices and "train" in a.choices]
+    for name, command in sub.choices.items():
+        assert command.format_help().startswith("usage: "), name
 
 
 def test_tools_from_the_command_line_count_as_turns():

@@ -66,7 +66,8 @@ class Recorder:
     """Wraps an engine and keeps every turn it sampled with the context it sampled it from."""
 
     def __init__(self, engine: Any):
-        self.engine, self.calls = engine, []
+        self.engine = engine
+        self.calls: list[tuple[list[int], list[int]]] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
@@ -239,7 +240,8 @@ def logprobs(agent: Any, batch: Trajectories) -> Check:
     for e in batch:
         e.logprobs = e.values = None
     agent.scorer(batch, with_reference=False)
-    gaps = torch.cat([(lp - e.logprobs).abs()[e.action_mask] for e, lp in zip(batch, engine)]).double()
+    pairs = [(lp, e.logprobs, e.action_mask) for e, lp in zip(batch, engine) if lp is not None and e.logprobs is not None]
+    gaps = torch.cat([(lp - ours).abs()[mask] for lp, ours, mask in pairs]).double()
     dtype = next(agent.model.parameters()).dtype
     warn, fail = LOGPROB_BOUNDS.get(dtype, HALF_BOUNDS)
     figure = f"max |engine - trainer| {float(gaps.max()):.2e}, mean {float(gaps.mean()):.2e} ({str(dtype)[6:]})"

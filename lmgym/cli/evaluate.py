@@ -25,7 +25,7 @@ from lmgym.cli.spec import RunSpec
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("eval", help="greedy success on held-out seeds, with its 95% interval (pass@k with --samples)")
+    p = sub.add_parser("eval", help="greedy success on held-out seeds, with its 95%% interval (pass@k with --samples)")
     p.add_argument("env_id")
     p.add_argument("--model", required=True, help="a directory saved by lmgym train (or any HF model path)")
     p.add_argument("--episodes", type=int, default=200)
