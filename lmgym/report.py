@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from lmgym.rescore import read_rescores
 from lmgym.storage import write_aside
 
 TEMPLATE = Path(__file__).with_name("report.html")
@@ -89,18 +90,18 @@ def read_episodes(path: str | os.PathLike, limit: int | None = None) -> tuple[li
     """``(episodes, unreadable lines, episodes left out)``: a first pass reads only each line's
     ``update`` (memory stays bounded whatever the file's size), a second parses the lines that
     ``choose_lines`` keeps."""
-    lines: list[tuple[int, int, int | None]] = []  # (offset, length, update) of each candidate line
+    lines: list[tuple[int, int, int | None, int]] = []  # (offset, length, update, line number) of each candidate
     skipped = 0
     with open(path, "rb") as f:
         offset = 0
-        for raw in f:
+        for number, raw in enumerate(f):
             if len(raw) > MAX_LINE_BYTES:
                 skipped += 1
             elif raw.strip():
                 found = UPDATE.match(raw)
-                lines.append((offset, len(raw), int(found.group(1)) if found else None))
+                lines.append((offset, len(raw), int(found.group(1)) if found else None, number))
             offset += len(raw)
-        keep = choose_lines([u for _, _, u in lines], limit) if limit is not None else range(len(lines))
+        keep = choose_lines([line[2] for line in lines], limit) if limit is not None else range(len(lines))
         out = []
         for k in keep:
             f.seek(lines[k][0])
@@ -110,7 +111,7 @@ def read_episodes(path: str | os.PathLike, limit: int | None = None) -> tuple[li
                 skipped += 1
                 continue
             if isinstance(obj, dict):
-                out.append(finite(obj))
+                out.append({**finite(obj), "line": lines[k][3]})
             else:
                 skipped += 1
     return out, skipped, len(lines) - len(keep)
@@ -260,6 +261,16 @@ def write_html(path: str | os.PathLike, data: dict[str, Any]) -> Path:
     return path
 
 
+def rescore_totals(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Success and mean return of a rescore's rows (``lmgym rescore``), for the page's header."""
+    rows = list(rows)
+    return {
+        "episodes": len(rows),
+        "success": sum(bool(r["success"]) for r in rows) / len(rows),
+        "return": sum(float(r["return"]) for r in rows) / len(rows),
+    }
+
+
 def build_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> tuple[Path, list[str]]:
     """Writes ``RUN_DIR/report.html`` (or ``out``) from what the run directory holds; returns
     the path and what was skipped (unreadable files, broken lines), which the page also names."""
@@ -302,7 +313,12 @@ def build_report(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
             metrics = read_metrics(files["metrics.csv"])
         except (ValueError, csv.Error) as e:
             skipped.append(f"metrics.csv ({e})")
+    rescores = read_rescores(run)
+    for episode in episodes:
+        line = episode["line"]
+        episode["rescored"] = [{"by": name, **rows[line]} for name, rows in rescores.items() if line in rows]
     summary = load("summary.json") or {}
+    summary["rescored"] = {name: rescore_totals(rows.values()) for name, rows in rescores.items() if rows}
     for phase in ("before", "after"):
         if not isinstance(summary.get(phase), dict):
             summary.pop(phase, None)

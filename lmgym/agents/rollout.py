@@ -236,9 +236,11 @@ class RolloutCollector:
         episode's sampling stream (drawn from torch's RNG when not given)."""
         n, k, tok, contract = vec.num_envs, play.group_size, self.tokenizer, play.contract
         with named_vector_errors(contract.env_id, seeds):
-            obs, _ = vec.reset(seed=cast(Any, seeds + [None] * (n - len(seeds))))  # one seed per sub-env
+            obs, reset_infos = vec.reset(seed=cast(Any, seeds + [None] * (n - len(seeds))))  # one seed per sub-env
         builders = [
-            EpisodeBuilder(tok.encode(obs[i]) or [tok.eos_token_id], seeds[i], first_group + i // k)
+            EpisodeBuilder(
+                tok.encode(obs[i]) or [tok.eos_token_id], seeds[i], first_group + i // k, info_at(reset_infos, i)
+            )
             for i in range(len(seeds))
         ]
         live = list(range(len(seeds)))
@@ -365,9 +367,9 @@ class RolloutCollector:
                     r, turn = pending.pop(future)
                     j = playing[r]
                     if turn is None:  # a reset: a new episode in this row, its old keys/values masked out
-                        obs, _ = future.result()
+                        obs, reset_info = future.result()
                         b = builders[j] = EpisodeBuilder(
-                            tok.encode(obs) or [tok.eos_token_id], seeds[j], j // play.group_size
+                            tok.encode(obs) or [tok.eos_token_id], seeds[j], j // play.group_size, reset_info
                         )
                         self.check_prompt(b, budget)
                         engine.forget(r)

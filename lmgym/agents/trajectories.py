@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -31,6 +32,7 @@ class Episode:
         terminated / truncated: how the episode ended.
         group: episodes with the same group share a task (``collect(..., group_size=k)``).
         infos: the env's info dict of each turn.
+        reset_info: the info ``reset`` returned (a task's fields, e.g. its target).
         logprobs / ref_logprobs / values: (T,) filled by ``PPOAgent.score``.
         bootstrap_value: V of the state after the last token (used when truncated).
         advantages: (T,) what ``PPOAgent.update`` trained each token with (0 off actions).
@@ -56,6 +58,7 @@ class Episode:
     advantages: torch.Tensor | None = None
     sampler_logprobs: torch.Tensor | None = None
     versions: torch.Tensor | None = None
+    reset_info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.tokens = torch.as_tensor(self.tokens, dtype=torch.long)
@@ -103,8 +106,11 @@ class EpisodeBuilder:
     """Grows one episode's token stream turn by turn, with what the engine reported of each
     action token (log-probs, values) when it reported them for every turn."""
 
-    def __init__(self, prompt: list[int], seed: int | None = None, group: int = 0):
+    def __init__(
+        self, prompt: list[int], seed: int | None = None, group: int = 0, reset_info: dict[str, Any] | None = None
+    ):
         self.tokens, self.mask = list(prompt), [False] * len(prompt)
+        self.reset_info = dict(reset_info or {})
         self.turn_ends: list[int] = []
         self.rewards: list[float] = []
         self.infos: list[dict[str, Any]] = []
@@ -154,6 +160,7 @@ class EpisodeBuilder:
             values=known["values"],
             sampler_logprobs=known["sampler_logprobs"],
             versions=None if version is None else torch.where(mask, version, -1),
+            reset_info=self.reset_info,
         )
 
 
@@ -292,6 +299,26 @@ def _on_actions(x: torch.Tensor | None, mask: torch.Tensor, digits: int = 4) -> 
     return [round(v, digits) if math.isfinite(v) else None for v in x[mask].tolist()]
 
 
+def json_values(info: dict[str, Any], max_chars: int = 4000) -> dict[str, Any]:
+    """The entries of ``info`` that JSON keeps as they are (numbers, strings, lists and dicts of
+    them), each at most ``max_chars`` long as JSON; numpy scalars as numbers.
+
+    Example:
+        >>> json_values({"target": "12", "n": 3, "f": print, "big": "x" * 5000})
+        {'target': '12', 'n': 3}
+    """
+    out = {}
+    for key, value in info.items():
+        value = value.item() if hasattr(value, "item") and getattr(value, "ndim", 1) == 0 else value
+        try:
+            text = json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError, RecursionError):
+            continue
+        if len(text) <= max_chars:
+            out[str(key)] = json.loads(text)
+    return out
+
+
 def episode_record(
     episode: Episode,
     tokenizer: Tokenizer,
@@ -302,7 +329,10 @@ def episode_record(
 ) -> dict[str, Any]:
     """One episode as the viewer reads it.
 
-    Per token: ``text`` (its piece) and ``mask`` (1 where the model wrote it). Per action token,
+    ``prompt`` (the first observation), ``completions`` (each turn's action, decoded) and
+    ``info`` (the reset info updated with the last turn's, its JSON values only) are what
+    ``lmgym rescore`` hands a new reward function. Per token: ``text`` (its piece) and ``mask``
+    (1 where the model wrote it). Per action token,
     in order (lists as long as the number of action tokens, or ``None`` when unknown):
     ``logprob`` (at sampling), ``value``, ``adv`` (the advantage it was trained with), ``kl``
     (log-prob minus reference log-prob, k1) and ``ratio`` (new over old probability after the
@@ -315,6 +345,9 @@ def episode_record(
     ratio = None
     if new_logprobs is not None and episode.logprobs is not None:
         ratio = (new_logprobs - episode.logprobs).exp()
+    ids, actions = episode.tokens.tolist(), mask.tolist()
+    first = actions.index(True) if True in actions else len(ids)
+    turns = zip([0, *(end + 1 for end in episode.turn_ends)], episode.turn_ends)  # turn t: its first..last token
     return {
         "update": update,
         "kind": kind,
@@ -328,7 +361,12 @@ def episode_record(
         "tool_calls": episode.tool_calls,
         "turn_ends": list(episode.turn_ends),
         "rewards": [float(r) for r in episode.rewards],
-        "text": token_pieces(tokenizer, episode.tokens.tolist()),
+        "prompt": tokenizer.decode(ids[:first]),
+        "completions": [
+            tokenizer.decode([i for i, m in zip(ids[a : b + 1], actions[a : b + 1]) if m]) for a, b in turns
+        ],
+        "info": json_values({**episode.reset_info, **(episode.infos[-1] if episode.infos else {})}),
+        "text": token_pieces(tokenizer, ids),
         "mask": [int(m) for m in mask],
         "logprob": _on_actions(episode.logprobs, mask),
         "value": _on_actions(episode.values, mask),

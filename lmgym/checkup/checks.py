@@ -240,7 +240,9 @@ def logprobs(agent: Any, batch: Trajectories) -> Check:
     for e in batch:
         e.logprobs = e.values = None
     agent.scorer(batch, with_reference=False)
-    pairs = [(lp, e.logprobs, e.action_mask) for e, lp in zip(batch, engine) if lp is not None and e.logprobs is not None]
+    pairs = [
+        (lp, e.logprobs, e.action_mask) for e, lp in zip(batch, engine) if lp is not None and e.logprobs is not None
+    ]
     gaps = torch.cat([(lp - ours).abs()[mask] for lp, ours, mask in pairs]).double()
     dtype = next(agent.model.parameters()).dtype
     warn, fail = LOGPROB_BOUNDS.get(dtype, HALF_BOUNDS)

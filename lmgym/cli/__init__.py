@@ -1,4 +1,5 @@
-"""The ``lmgym`` command: ``list``, ``play``, ``view``, ``train``, ``eval`` and ``export``.
+"""The ``lmgym`` command: ``list``, ``play``, ``view``, ``train``, ``eval``, ``doctor``, ``rescore``
+and ``export``.
 
 One module per command (``envs``: list and play; ``view``; ``train``; ``evaluate``; ``export``),
 ``options`` for what they share (``UsageError``: bad input, one line, exit status 2),
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 import lmgym
-from lmgym.cli import doctor, envs, evaluate, export, train, view
+from lmgym.cli import doctor, envs, evaluate, export, rescore, train, view
 from lmgym.cli.errors import RunError, UsageError
 from lmgym.cli.options import import_env_module
 from lmgym.cli.spec import parse_kwargs
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_parser(sub)
     evaluate.add_parser(sub)
     doctor.add_parser(sub)
+    rescore.add_parser(sub)
     export.add_parser(sub)
     return parser
 
