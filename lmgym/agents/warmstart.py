@@ -235,7 +235,8 @@ def default_model(
         return gym.make(env_id, tokenizer=tokenizer, **env_kwargs)
 
     env = Guarded(make(), factory=make, step_timeout=step_timeout)
-    n = config.demonstrations if config.steps else min(config.demonstrations, CONTEXT_PROBES)
+    # never more demonstrations than the steps draw (an env's long episodes make each one dear)
+    n = min(config.demonstrations, config.steps * config.batch_size if config.steps else CONTEXT_PROBES)
     try:
         demos = demonstrations(env, n, tokenizer, config.tool_rate, config.seed)
     finally:

@@ -8,6 +8,10 @@ id                     extra                        what it wraps
 lmgym/ReasoningGym-v0  ``lmgym[reasoning-gym]``     any ``reasoning_gym.create_dataset`` task
 lmgym/TextArena-v0     ``lmgym[textarena]``         TextArena games, single- and two-player
 lmgym/GEM-v0           ``lmgym[gem]``               GEM envs (``lmgym.compat.gem.make(env_id)``)
+lmgym/TextWorld-v0     ``lmgym[textworld]``         TextWorld's generated games (``tw-simple``, ...)
+lmgym/TextWorldExpress ``lmgym[textworld]``         TextWorld Express games (``-v0``)
+lmgym/ScienceWorld-v0  ``lmgym[scienceworld]``      ScienceWorld's 30 science tasks
+lmgym/SkyRL-v0         ``lmgym[skyrl]``             skyrl-gym envs, or your own ``BaseTextEnv``
 =====================  ===========================  ==================================================
 
 Every adapter is an ``LMEnv``: string observations, ``TokenSequence`` actions, the env's
@@ -36,6 +40,10 @@ COMPAT: dict[str, tuple[str, int, str, str]] = {
     "lmgym/ReasoningGym-v0": ("lmgym.compat.reasoning_gym:ReasoningGymEnv", 16, "reasoning-gym", "reasoning_gym"),
     "lmgym/TextArena-v0": ("lmgym.compat.textarena:TextArenaEnv", 200, "textarena", "textarena"),
     "lmgym/GEM-v0": ("lmgym.compat.gem:GEMEnv", 200, "gem", "gem"),
+    "lmgym/TextWorld-v0": ("lmgym.compat.textworld:TextWorldEnv", 50, "textworld", "textworld"),
+    "lmgym/TextWorldExpress-v0": ("lmgym.compat.worlds:TextWorldExpressEnv", 50, "textworld", "textworld_express"),
+    "lmgym/ScienceWorld-v0": ("lmgym.compat.worlds:ScienceWorldEnv", 100, "scienceworld", "scienceworld"),
+    "lmgym/SkyRL-v0": ("lmgym.compat.skyrl:SkyRLEnv", 64, "skyrl", "skyrl_gym"),
 }
 """The adapters: registered with ``import lmgym``; their libraries load only when one is made."""
 
@@ -84,6 +92,18 @@ def task_names(extra: str) -> list[str]:
     if extra == "gem":
         require("gem", extra)
         return sorted(importlib.import_module("gem.envs.registration").ENV_REGISTRY)
+    if extra == "textworld":
+        from lmgym.compat.textworld import DEFAULT_SETTINGS
+        from lmgym.compat.worlds import TextWorldExpressEnv
+
+        return [*DEFAULT_SETTINGS, *(f"express:{game}" for game in TextWorldExpressEnv.GAMES)]
+    if extra == "scienceworld":
+        from lmgym.compat.worlds import science_tasks
+
+        return science_tasks()
+    if extra == "skyrl":
+        require("skyrl_gym", extra)
+        return sorted(importlib.import_module("skyrl_gym.envs.registration").registry)
     raise ValueError(f"unknown task library {extra!r}: one of {sorted({v[2] for v in COMPAT.values()})}")
 
 
