@@ -106,6 +106,15 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace the run already in --out (default: refuse)")
     add_ray_flags(p)
     add_config_flags(p)
+    add_learning_flags(p)
+    p.add_argument("--generation-kwargs", type=json.loads, default=None, help="JSON of transformers generation kwargs")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--doctor", action="store_true", help="run lmgym doctor's checks first; stop on a FAIL")
+    p.set_defaults(func=train)
+
+
+def add_learning_flags(p: argparse.ArgumentParser) -> None:
+    """How RL learns and how a learning claim is checked."""
     p.add_argument(
         "--estimator",
         choices=["gae", "rloo", "grpo"],
@@ -124,10 +133,6 @@ def add_parser(sub: Any) -> None:
         help="train on when batches give RL nothing to learn from (default: stop after 3 such batches in a row)",
     )
     add_samples_flag(p)
-    p.add_argument("--generation-kwargs", type=json.loads, default=None, help="JSON of transformers generation kwargs")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--doctor", action="store_true", help="run lmgym doctor's checks first; stop on a FAIL")
-    p.set_defaults(func=train)
 
 
 def train(args: argparse.Namespace) -> None:
