@@ -231,7 +231,8 @@ def test_skyrl_takes_a_users_own_env_class():
         def step(self, action):
             self.turns += 1
             done = action.isupper() or self.turns >= self.max_turns
-            return BaseTextEnvStepOutput(observations=[{"role": "user", "content": "LOUDER"}], reward=float(action.isupper()), done=done, metadata={})
+            louder = [{"role": "user", "content": "LOUDER"}]
+            return BaseTextEnvStepOutput(observations=louder, reward=float(action.isupper()), done=done, metadata={})
 
     env = gym.make("lmgym/SkyRL-v0", env=Shout, tasks=[{"prompt": "Shout hi."}], oracle=lambda row: "HI")
     check_env(env.unwrapped, skip_render_check=True)
@@ -249,9 +250,9 @@ def test_lmgym_train_on_textworld_end_to_end(cache, tmp_path):
     result = subprocess.run(
         [
             sys.executable, "-m", "lmgym.cli", "train", "lmgym/TextWorld-v0",
-            "--env-arg", "challenge=tw-simple", "--env-arg", "games=1",
-            "--episodes", "16", "--num-envs", "8", "--episodes-per-update", "8", "--mini-batch-size", "8",
-            "--warmstart-steps", "20", "--eval-episodes", "4", "--out", str(out),
+            "--env-arg", "challenge=tw-simple", "--env-arg", "games=1", "--env-arg", "max_episode_steps=4",
+            "--episodes", "8", "--num-envs", "4", "--episodes-per-update", "4", "--mini-batch-size", "4",
+            "--warmstart-steps", "0", "--eval-episodes", "2", "--out", str(out),
         ],
         capture_output=True, text=True, timeout=580, env={**os.environ, "LMGYM_CACHE": str(cache)},
     )  # fmt: skip
@@ -260,3 +261,7 @@ def test_lmgym_train_on_textworld_end_to_end(cache, tmp_path):
     listed = subprocess.run([sys.executable, "-m", "lmgym.cli", "list"], capture_output=True, text=True, timeout=120)
     for env_id in ("lmgym/TextWorld-v0", "lmgym/TextWorldExpress-v0", "lmgym/ScienceWorld-v0", "lmgym/SkyRL-v0"):
         assert env_id in listed.stdout
+    tasks = subprocess.run(
+        [sys.executable, "-m", "lmgym.cli", "list", "--tasks", "textworld"], capture_output=True, text=True, timeout=120
+    )
+    assert tasks.stdout.split()[:2] == ["tw-simple", "tw-coin_collector"] and "express:coin" in tasks.stdout

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -67,18 +68,25 @@ def env_special_tokens(env_id: str, env_kwargs: dict[str, Any] | None = None) ->
         env.close()
 
 
-def demonstrations(env: gym.Env, n: int, tokenizer: Tokenizer, tool_rate: float = 1.0, seed: int = 0) -> list[Episode]:
+def demonstrations(
+    env: gym.Env, n: int, tokenizer: Tokenizer, tool_rate: float = 1.0, seed: int = 0, seconds: float | None = None
+) -> list[Episode]:
     """``n`` episodes the env's oracle plays, as token streams (actions masked in).
 
     With probability ``tool_rate`` an episode follows the full oracle (which calls tools when
     the task needs them: Calculator's calls the calculator for ``*`` and ``/`` and for a quarter
     of the sums); otherwise the innermost env's oracle, which answers without tools.
     An action that does not end with a stop string gets EOS, so the model learns to stop.
+    With ``seconds``, no episode starts after that (the ones played are those a longer run plays first).
     """
     rng = np.random.default_rng(seed)
     stops = tuple(env.get_wrapper_attr("stop_strings"))
-    out = []
+    out: list[Episode] = []
+    started = time.monotonic()
     for _ in range(n):
+        if out and seconds is not None and time.monotonic() - started > seconds:
+            print(f"warm start: {len(out)} of {n} demonstrations, the {seconds / 60:.0f} minutes for them spent")
+            break
         use_tools = rng.random() < tool_rate
         oracle = env.get_wrapper_attr("oracle") if use_tools else env.unwrapped.oracle  # type: ignore[attr-defined]
         reset_seed = int(rng.integers(2**30))
@@ -103,9 +111,10 @@ def supervised_finetune(
     learning_rate: float,
     seed: int = 0,
     progress: bool = True,
+    seconds: float | None = None,
 ) -> list[float]:
     """Cross-entropy on the action tokens of ``episodes``; returns the loss per step. With
-    ``progress``, a bar shows the steps and the loss."""
+    ``progress``, a bar shows the steps and the loss; with ``seconds``, the steps end there."""
     from tqdm.auto import tqdm
 
     generator = torch.Generator().manual_seed(seed)
@@ -115,7 +124,11 @@ def supervised_finetune(
     model.train()
     losses = []
     bar = tqdm(range(steps), desc="warm start", unit="step", disable=not progress, leave=False)
-    for _ in bar:
+    started = time.monotonic()
+    for step in bar:
+        if seconds is not None and time.monotonic() - started > seconds:
+            print(f"warm start: stopped after {step} of {steps} steps, its {seconds / 60:.0f} minutes spent")
+            break
         rows = torch.randint(len(episodes), (batch_size,), generator=generator).tolist()
         tokens, attention = pad_batch([episodes[r].tokens for r in rows], 0)
         mask, _ = pad_batch([episodes[r].action_mask for r in rows], 0)
@@ -196,6 +209,11 @@ def cache_entry(env_id: str, env_kwargs: dict[str, Any], config: WarmStartConfig
     return key, cache_dir() / "warmstart" / hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
+WARMSTART_MINUTES = 15
+"""The default model's warm start stops its supervised steps here, and its demonstrations at a
+third of it, when they take longer (an env of long episodes: a text world; the built-in envs'
+demonstrations take seconds and their 1600 steps 4-8 minutes on 2 cores)."""
+
 CONTEXT_PROBES = 32
 """Demonstrations played to size the context of a default model with no warm start (``steps=0``)."""
 
@@ -238,13 +256,17 @@ def default_model(
     # never more demonstrations than the steps draw (an env's long episodes make each one dear)
     n = min(config.demonstrations, config.steps * config.batch_size if config.steps else CONTEXT_PROBES)
     try:
-        demos = demonstrations(env, n, tokenizer, config.tool_rate, config.seed)
+        demos = demonstrations(env, n, tokenizer, config.tool_rate, config.seed, seconds=WARMSTART_MINUTES * 60 / 3)
     finally:
         env.close()
     torch.manual_seed(config.seed)
     build = tiny_llama if config.architecture == "llama" else tiny_gpt2
     model = build(tokenizer, config.n_layer, config.n_embd, config.n_head, context_for(demos, config))
-    supervised_finetune(model, demos, config.steps, config.batch_size, config.learning_rate, config.seed)
+    # episodes longer than the default context (a text world's tens of turns): fewer a step, same tokens
+    mean = sum(len(d.tokens) for d in demos) / max(1, len(demos))
+    batch = max(1, min(config.batch_size, int(config.batch_size * config.n_positions / max(mean, 1))))
+    seconds = WARMSTART_MINUTES * 60
+    supervised_finetune(model, demos, config.steps, batch, config.learning_rate, config.seed, seconds=seconds)
     if use_cache:
         with written_aside(path) as tmp:  # renamed into place when complete: a kill leaves no half entry
             model.save_pretrained(tmp)

@@ -9,14 +9,16 @@ import gymnasium as gym
 
 from lmgym.cli.options import UsageError, add_tools_flag, lmgym_ids, make_env, parse_kwargs, with_tools
 
+LIBRARIES = ["reasoning-gym", "textarena", "gem", "textworld", "scienceworld", "skyrl"]
+
 
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser("list", help="list the registered lmgym envs")
     p.add_argument(
         "--tasks",
         metavar="LIBRARY",
-        choices=["reasoning-gym", "textarena", "gem"],
-        help="list a task library's tasks instead (reasoning-gym, textarena, gem)",
+        choices=LIBRARIES,
+        help=f"list a task library's tasks instead ({', '.join(LIBRARIES)})",
     )
     p.set_defaults(func=cmd_list)
 

@@ -65,8 +65,8 @@ def add_parser(sub: Any) -> None:
         "--episodes",
         type=int,
         default=None,
-        help=f"training episodes (default: {DEFAULT_EPISODES}; with --model, as many as fit about {PRETRAINED_MINUTES} "
-        "minutes of training on this machine, sized from the first update)",
+        help=f"training episodes (default: as many as fit about {PRETRAINED_MINUTES} minutes of training on this "
+        f"machine, sized from the first update, at most {DEFAULT_EPISODES})",
     )
     p.add_argument(
         "--stop-at-success",
@@ -161,8 +161,6 @@ def run(spec: RunSpec, built: dict[str, Any], started: float) -> None:
 
     spec, recipe = pretrained_recipe(spec) if spec.model else (spec, None)
     spec = dataclasses.replace(spec, config=run_config(spec, recipe))
-    if spec.episodes is None and spec.model is None:
-        spec = dataclasses.replace(spec, episodes=DEFAULT_EPISODES)
     config = spec.config
     assert config is not None
     problem = None if config.engine.engines else engine_problem(config.engine.name)  # before any model is built

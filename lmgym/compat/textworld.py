@@ -39,7 +39,7 @@ COMPILING = threading.Lock()  # Inform 7 reads HOME from the environment: one co
 class Refusal(argparse.ArgumentParser):
     """``tw-make``'s parser for a challenge's settings, raising ``ValueError`` where it would exit."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> Any:
         raise ValueError(message)
 
 

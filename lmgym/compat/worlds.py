@@ -83,7 +83,8 @@ class WorldEnv(LMEnv):
         super().__init__(tokenizer, render_mode, max_action_tokens, max_observation_length)
         self.admissible = bool(admissible)
         self.what = type(self).__name__
-        self.score, self.won, self.lost, self.path = 0.0, False, False, []
+        self.score, self.won, self.lost = 0.0, False, False
+        self.path: list[str] = []
 
     # ----------------------------------------------------------------- what a world writes
     def begin(self, seed: int) -> tuple[str, str, float]:
