@@ -12,6 +12,7 @@ lmgym/TextWorld-v0     ``lmgym[textworld]``         TextWorld's generated games 
 lmgym/TextWorldExpress ``lmgym[textworld]``         TextWorld Express games (``-v0``)
 lmgym/ScienceWorld-v0  ``lmgym[scienceworld]``      ScienceWorld's 30 science tasks
 lmgym/SkyRL-v0         ``lmgym[skyrl]``             skyrl-gym envs, or your own ``BaseTextEnv``
+lmgym/Verifiers-v0     ``lmgym[verifiers]``         a verifiers v1 taskset through its harness
 =====================  ===========================  ==================================================
 
 Every adapter is an ``LMEnv``: string observations, ``TokenSequence`` actions, the env's
@@ -44,6 +45,7 @@ COMPAT: dict[str, tuple[str, int, str, str]] = {
     "lmgym/TextWorldExpress-v0": ("lmgym.compat.worlds:TextWorldExpressEnv", 50, "textworld", "textworld_express"),
     "lmgym/ScienceWorld-v0": ("lmgym.compat.worlds:ScienceWorldEnv", 100, "scienceworld", "scienceworld"),
     "lmgym/SkyRL-v0": ("lmgym.compat.skyrl:SkyRLEnv", 64, "skyrl", "skyrl_gym"),
+    "lmgym/Verifiers-v0": ("lmgym.compat.verifiers:VerifiersEnv", 32, "verifiers", "verifiers"),
 }
 """The adapters: registered with ``import lmgym``; their libraries load only when one is made."""
 
