@@ -7,6 +7,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import gymnasium as gym
@@ -53,7 +54,10 @@ def play_oracle(env, seed):
 
 def check_contract(env_id, **kwargs):
     env = gym.make(env_id, **kwargs)
-    check_env(env.unwrapped, skip_render_check=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing a user cannot act on
+        warnings.simplefilter("ignore", ResourceWarning)  # the libraries' own cleanup (ScienceWorld's temp dir)
+        check_env(env.unwrapped, skip_render_check=True)
     assert env.reset(seed=7)[0] == env.reset(seed=7)[0]
     return env
 
@@ -93,6 +97,30 @@ def test_textworld_in_sync_and_async_vector_envs(cache):
         tok = lmgym.ByteTokenizer()
         _, rewards, *_ = envs.step((np.array(tok.encode("look\n")), np.array(tok.encode("inventory\n"))))
         assert list(rewards) == [0.0, 0.0]
+        envs.close()
+
+
+WORLDS = [
+    ("lmgym/TextWorldExpress-v0", "textworld_express", "textworld", True, {"game": "coin"}),
+    ("lmgym/ScienceWorld-v0", "scienceworld", "scienceworld", True, {"task": "find-living-thing"}),
+    ("lmgym/SkyRL-v0", "skyrl_gym", "skyrl", False, {}),
+]
+
+
+@pytest.mark.parametrize(("env_id", "module", "extra", "java", "kwargs"), WORLDS, ids=[w[0] for w in WORLDS])
+def test_worlds_in_vector_envs_take_any_action(env_id, module, extra, java, kwargs):
+    """Sync and async vector envs give each seed's first observation; hostile actions (bytes that
+    are not UTF-8, a 200-digit line, nothing) stay a string observation and a finite reward."""
+    needs(module, extra, java)
+    tok = lmgym.ByteTokenizer()
+    first = gym.make(env_id, **kwargs).reset(seed=5)[0]
+    hostile = [np.full(64, 0xFF), np.array(tok.encode("9" * 200)[:64]), np.array([], dtype=np.int64)]
+    for mode in ("sync", "async"):
+        envs = gym.make_vec(env_id, num_envs=3, vectorization_mode=mode, **kwargs)
+        obs, _ = envs.reset(seed=[5, 5, 6])
+        assert obs[0] == obs[1] == first
+        obs, rewards, *_ = envs.step(tuple(hostile))
+        assert all(isinstance(o, str) for o in obs) and np.isfinite(rewards).all()
         envs.close()
 
 

@@ -10,11 +10,14 @@ home folder there too (``Inform/``); nothing else is written outside the system'
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import threading
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +99,15 @@ def game_file(challenge: str, options: dict[str, Any], seed: int) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def quiet_jericho() -> Iterator[None]:
+    """jericho warns that a generated game is not one of its supported ones and that it cannot
+    list its valid actions (TextWorld lists them itself): nothing a user can act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module="jericho")
+        yield
+
+
 class TextWorldEnv(WorldEnv):
     """A TextWorld game, generated from a challenge and a seed.
 
@@ -153,6 +165,10 @@ class TextWorldEnv(WorldEnv):
         self.state: Any = None
 
     def begin(self, seed: int) -> tuple[str, str, float]:
+        with quiet_jericho():
+            return self.start(seed)
+
+    def start(self, seed: int) -> tuple[str, str, float]:
         textworld = require("textworld", "textworld")
         path = game_file(self.challenge, self.options, seed % self.games if self.games else seed)
         if path != self.playing:
@@ -164,7 +180,8 @@ class TextWorldEnv(WorldEnv):
         return str(self.state.objective or ""), str(self.state.feedback), float(self.state.score or 0)
 
     def play(self, command: str) -> tuple[str, float, bool, bool]:
-        self.state, score, _ = self.game.step(command)
+        with quiet_jericho():
+            self.state, score, _ = self.game.step(command)
         return str(self.state.feedback), float(score), bool(self.state.won), bool(self.state.lost)
 
     def commands(self) -> list[str]:

@@ -10,6 +10,7 @@ Both libraries run the game in a JVM (``pip install 'lmgym[textworld]'`` for Tex
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 from typing import Any
@@ -217,9 +218,15 @@ class TextWorldExpressEnv(WorldEnv):
         return path[1:] if path[:1] == ["look around"] else path  # the reset already looked
 
     def close(self) -> None:
-        twx = getattr(self, "twx", None)
-        if twx is not None and hasattr(twx, "close"):
+        twx, self.twx = getattr(self, "twx", None), None
+        if twx is not None:
             twx.close()
+            with contextlib.suppress(Exception):  # its __del__ closes again: the JVM must be gone by then
+                java = twx._gateway.java_process
+                java.wait(timeout=10)
+                for pipe in (java.stdin, java.stdout, java.stderr):
+                    if pipe is not None:
+                        pipe.close()
         super().close()
 
 
