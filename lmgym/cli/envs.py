@@ -8,8 +8,7 @@ from typing import Any
 import gymnasium as gym
 
 from lmgym.cli.options import UsageError, add_tools_flag, lmgym_ids, make_env, parse_kwargs, with_tools
-
-LIBRARIES = ["reasoning-gym", "textarena", "gem", "textworld", "scienceworld", "skyrl"]
+from lmgym.compat import TASK_LIBRARIES
 
 
 def add_parsers(sub: Any) -> None:
@@ -17,8 +16,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--tasks",
         metavar="LIBRARY",
-        choices=LIBRARIES,
-        help=f"list a task library's tasks instead ({', '.join(LIBRARIES)})",
+        choices=TASK_LIBRARIES,
+        help=f"list a task library's tasks instead ({', '.join(TASK_LIBRARIES)})",
     )
     p.set_defaults(func=cmd_list)
 

@@ -85,6 +85,10 @@ def installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+TASK_LIBRARIES = ["reasoning-gym", "textarena", "gem", "textworld", "scienceworld", "skyrl"]
+"""The extras ``task_names`` (``lmgym list --tasks``) lists the tasks of."""
+
+
 def task_names(extra: str) -> list[str]:
     """The task (or game, or env) names a library offers: ``lmgym list --tasks EXTRA``."""
     if extra == "reasoning-gym":
@@ -106,7 +110,7 @@ def task_names(extra: str) -> list[str]:
     if extra == "skyrl":
         require("skyrl_gym", extra)
         return sorted(importlib.import_module("skyrl_gym.envs.registration").registry)
-    raise ValueError(f"unknown task library {extra!r}: one of {sorted({v[2] for v in COMPAT.values()})}")
+    raise ValueError(f"unknown task library {extra!r}: one of {TASK_LIBRARIES}")
 
 
 class OwnRNG:

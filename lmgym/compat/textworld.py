@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import threading
+import unittest.mock
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -82,20 +83,13 @@ def game_file(challenge: str, options: dict[str, Any], seed: int) -> Path:
             if name in options:
                 setattr(game_options, name, int(options[name]))
         game_options.path, game_options.file_ext, game_options.force_recompile = str(path), ".z8", True
-        with COMPILING:
-            home = os.environ.get("HOME")
-            os.environ["HOME"] = str(folder)  # Inform 7 writes ~/Inform: here, not in the user's home
-            try:
-                if challenge == "custom":
-                    game = textworld.generator.make_game(game_options)
-                else:
-                    game = textworld.challenges.CHALLENGES[challenge][1](settings_for(challenge, options), game_options)
-                textworld.generator.compile_game(game, game_options)
-            finally:
-                if home is None:
-                    os.environ.pop("HOME", None)
-                else:
-                    os.environ["HOME"] = home
+        # Inform 7 writes ~/Inform: here, not in the user's home
+        with COMPILING, unittest.mock.patch.dict(os.environ, HOME=str(folder)):
+            if challenge == "custom":
+                game = textworld.generator.make_game(game_options)
+            else:
+                game = textworld.challenges.CHALLENGES[challenge][1](settings_for(challenge, options), game_options)
+            textworld.generator.compile_game(game, game_options)
     return path
 
 
