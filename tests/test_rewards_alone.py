@@ -15,7 +15,7 @@ from helpers import build_chat_model, tiny_model
 
 import lmgym  # noqa: F401
 from lmgym.agents import PPOAgent, PPOConfig
-from lmgym.agents.callbacks import NoSignal, ShuffleRewards
+from lmgym.agents.callbacks import NoSignal, RewardOnLastTurn, ShuffleRewards
 from lmgym.agents.evaluation import evaluate
 from lmgym.agents.intervals import pass_at_k, wilson
 from lmgym.agents.trajectories import Episode, Trajectories
@@ -46,6 +46,12 @@ def test_the_shuffled_control_keeps_the_returns_and_breaks_the_pairing():
     multi = Trajectories([episode([0.0, 0.5, 0.5]), episode([0.0, 0.0, 0.0])])
     ShuffleRewards(seed=1).on_collect(None, multi)
     assert sorted(e.return_ for e in multi) == [0.0, 1.0] and all(e.rewards[:2] == [0.0, 0.0] for e in multi)
+
+
+def test_credit_by_episode_moves_each_return_onto_its_last_turn():
+    batch = Trajectories([episode([0.0, 0.3, 0.0, 0.5]), episode([1.0]), episode([0.2, -0.2, 0.0])])
+    RewardOnLastTurn().on_collect(None, batch)
+    assert [e.rewards for e in batch] == [[0.0, 0.0, 0.0, 0.8], [1.0], [0.0, 0.0, 0.0]]
 
 
 def test_no_signal_says_so_once_and_stops_after_batches_in_a_row():

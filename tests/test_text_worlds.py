@@ -2,6 +2,7 @@
 env contract, the oracle wins, and each step's reward is the library's own score change."""
 
 import importlib.util
+import json
 import os
 import shutil
 import sqlite3
@@ -280,12 +281,13 @@ def test_lmgym_train_on_textworld_end_to_end(cache, tmp_path):
             sys.executable, "-m", "lmgym.cli", "train", "lmgym/TextWorld-v0",
             "--env-arg", "challenge=tw-simple", "--env-arg", "games=1", "--env-arg", "max_episode_steps=4",
             "--episodes", "8", "--num-envs", "4", "--episodes-per-update", "4", "--mini-batch-size", "4",
-            "--warmstart-steps", "0", "--eval-episodes", "2", "--out", str(out),
+            "--warmstart-steps", "0", "--eval-episodes", "2", "--credit", "episode", "--out", str(out),
         ],
         capture_output=True, text=True, timeout=1500, env={**os.environ, "LMGYM_CACHE": str(cache)},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert (out / "model").is_dir() and (out / "metrics.csv").is_file()
+    assert json.loads((out / "summary.json").read_text())["credit"] == "episode"
     listed = subprocess.run([sys.executable, "-m", "lmgym.cli", "list"], capture_output=True, text=True, timeout=600)
     for env_id in ("lmgym/TextWorld-v0", "lmgym/TextWorldExpress-v0", "lmgym/ScienceWorld-v0", "lmgym/SkyRL-v0"):
         assert env_id in listed.stdout

@@ -241,6 +241,17 @@ class ShuffleRewards(Callback):
             e.rewards = [0.0] * (len(e.rewards) - 1) + [float(r)]
 
 
+class RewardOnLastTurn(Callback):
+    """Credit by episode (``lmgym train --credit episode``): each episode's rewards summed onto its
+    last turn, 0 on the others, before the update: what trainers that reduce an episode to one
+    reward train on. The default (``--credit turn``) keeps each reward on the turn that earned it,
+    so token-level GAE can tell the turns apart. Metrics and evaluations read the real rewards."""
+
+    def on_collect(self, agent: Learner, batch: Trajectories) -> None:
+        for e in batch:
+            e.rewards = [0.0] * (len(e.rewards) - 1) + [float(e.return_)]
+
+
 class NoSignal(Callback):
     """Says when a batch gives RL nothing to learn from: every episode returned the same (no reward
     at all, say), or, for a group estimator, every group's episodes did (GRPO and RLOO advantages
@@ -313,6 +324,7 @@ __all__ = [
     "NoSignal",
     "ProgressCallback",
     "RecordCallback",
+    "RewardOnLastTurn",
     "ShuffleRewards",
     "StopAtSuccess",
     "eval_metrics",

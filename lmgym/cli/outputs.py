@@ -44,6 +44,7 @@ def report(spec: RunSpec, agent: PPOAgent, before: dict[str, Any], after: dict[s
         "before": {k: before[k] for k in keys if k in before},
         "after": {k: after[k] for k in keys if k in after},
         "reward_control": spec.reward_control,
+        "credit": spec.credit,
         "wall_seconds": round(wall, 1),
         "seed": spec.seed,
         "episodes": agent.num_episodes,

@@ -128,6 +128,13 @@ def add_learning_flags(p: argparse.ArgumentParser) -> None:
         help="the control run of a learning claim: each update's rewards permuted across its episodes",
     )
     p.add_argument(
+        "--credit",
+        choices=["turn", "episode"],
+        default="turn",
+        help="turn: each reward on the turn that earned it (default); episode: each episode's total on its last "
+        "turn, as trainers that reduce an episode to one reward do",
+    )
+    p.add_argument(
         "--allow-no-signal",
         action="store_true",
         help="train on when batches give RL nothing to learn from (default: stop after 3 such batches in a row)",
@@ -272,7 +279,7 @@ def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv)
     """PPO for ``--episodes`` (``None``: as many as fit ``PRETRAINED_MINUTES`` here, sized from the
     first update), evaluated every ``--eval-every`` updates, ending early at ``--stop-at-success``;
     the final evaluation. The first update is timed, and the run's time estimated from it."""
-    from lmgym.agents.callbacks import Evaluator, NoSignal, ShuffleRewards, StopAtSuccess
+    from lmgym.agents.callbacks import Evaluator, NoSignal, RewardOnLastTurn, ShuffleRewards, StopAtSuccess
     from lmgym.agents.evaluation import evaluate
 
     target = spec.episodes
@@ -281,7 +288,8 @@ def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv)
     )
     stop, timer = StopAtSuccess(spec.stop_at_success), FirstUpdate()
     signal = NoSignal(patience=None if spec.allow_no_signal else 3)
-    control: list[Any] = [ShuffleRewards(spec.seed)] if spec.reward_control == "shuffle" else []
+    control: list[Any] = [RewardOnLastTurn()] if spec.credit == "episode" else []
+    control += [ShuffleRewards(spec.seed)] if spec.reward_control == "shuffle" else []
     first_callbacks: list[Any] = [*control, signal, evaluator, stop, timer]
     learn_to = functools.partial(agent.learn, envs, log_dir=spec.out, checkpoint_dir=spec.out / "checkpoints")
     first = agent.num_episodes + agent.config.episodes_per_update
