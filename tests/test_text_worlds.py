@@ -175,6 +175,10 @@ def test_scienceworld_contract_and_rewards():
     with pytest.raises(ValueError, match="find-living-thing"):
         gym.make("lmgym/ScienceWorld-v0", task="find-living-thng")
     env.close()
+    long = gym.make("lmgym/ScienceWorld-v0", task="find-non-living-thing")
+    commands, _, last = play_oracle(long, 3)  # the gold path's longest command: 141 characters
+    assert last["won"] and max(map(len, commands)) > 100  # it fits the action space and reaches the game whole
+    long.close()
 
 
 def test_a_library_failure_is_one_line(cache, monkeypatch):

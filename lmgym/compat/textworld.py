@@ -110,7 +110,7 @@ class TextWorldEnv(WorldEnv):
     ``games=None``), makes that game (``game_file``: compiled once, then cached) and starts it.
 
     ## Action Space
-    ``TokenSequence(vocab_size, max_action_tokens=64)``: one command (its first line).
+    ``TokenSequence(vocab_size, max_action_tokens=128)``: one command (its first line).
 
     ## Observation Space
     ``AnyText(max_observation_length=16384)``: the objective and the game's text (its banner

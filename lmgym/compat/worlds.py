@@ -19,15 +19,16 @@ from lmgym.compat import LibraryError, check_name, named_errors, require
 from lmgym.core import LMEnv
 
 MAX_COMMAND_CHARS = 100
-"""A command's length at most: TextWorld's interpreter (jericho's frotz, in this process) copies a
-command into a fixed buffer, and a longer one (hundreds of bytes of U+FFFD) crashed the process."""
+"""A command's length at most, unless a world sets its own (``WorldEnv.max_command_chars``):
+TextWorld's interpreter (jericho's frotz, in this process) copies a command into a fixed buffer,
+and a longer one (hundreds of bytes of U+FFFD) crashed the process."""
 ART = re.compile(r"^[^A-Za-z0-9]*$")
 NOT_ASCII = re.compile(r"[^\x20-\x7e]")
 
 
-def first_line(text: str) -> str:
+def first_line(text: str, limit: int = MAX_COMMAND_CHARS) -> str:
     """The command in a model's turn: its first line with printable ASCII in it, that ASCII only
-    (the games' commands are ASCII), whitespace collapsed, at most ``MAX_COMMAND_CHARS``.
+    (the games' commands are ASCII), whitespace collapsed, at most ``limit`` characters.
 
     Example:
         >>> first_line("  open   door\\nthen more"), first_line("\\ufffd\\ufffd\\ntake k\\u00e9y")
@@ -36,7 +37,7 @@ def first_line(text: str) -> str:
     for line in text.splitlines():
         command = " ".join(NOT_ASCII.sub("", line).split())
         if command:
-            return command[:MAX_COMMAND_CHARS].strip()
+            return command[:limit].strip()
     return ""
 
 
@@ -66,7 +67,8 @@ class WorldEnv(LMEnv):
     ``info``: ``score``, ``max_score``, ``won``, ``lost``, ``command``; ``correct`` is ``won``.
     """
 
-    max_action_tokens = 64
+    max_command_chars = MAX_COMMAND_CHARS
+    max_action_tokens = 128  # a command of max_command_chars bytes and its newline fit a byte tokenizer
     max_observation_length = 16384
     stop_strings: tuple[str, ...] = ("\n",)
     scale = 1.0
@@ -123,7 +125,7 @@ class WorldEnv(LMEnv):
         return prompt, self.info()
 
     def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        command = first_line(text)
+        command = first_line(text, self.max_command_chars)
         if not command:
             return "Write one command, e.g. look.\n> ", 0.0, False, False, self.info("")
         with named_errors(self.what, command):
@@ -153,7 +155,7 @@ class TextWorldExpressEnv(WorldEnv):
     picks a game of the ``split`` fold with a seed from the env's RNG.
 
     ## Action Space
-    ``TokenSequence(vocab_size, max_action_tokens=64)``: one command (its first line).
+    ``TokenSequence(vocab_size, max_action_tokens=128)``: one command (its first line).
 
     ## Observation Space
     ``AnyText(max_observation_length=16384)``: the task and the game's text, then ``> ``.
@@ -269,7 +271,9 @@ class ScienceWorldEnv(WorldEnv):
     variations (``train``, ``dev``, ``test``) with the env's RNG and loads it.
 
     ## Action Space
-    ``TokenSequence(vocab_size, max_action_tokens=64)``: one command (its first line).
+    ``TokenSequence(vocab_size, max_action_tokens=256)``: one command (its first line, at most 240
+    characters: the gold path's own reach 141, ``move book (the foundations of the origin of
+    species) to ...``).
 
     ## Observation Space
     ``AnyText(max_observation_length=16384)``: the task and the room, then ``> ``.
@@ -295,6 +299,8 @@ class ScienceWorldEnv(WorldEnv):
 
     scale = 100.0
     max_score = 100.0
+    max_command_chars = 240  # ScienceWorld runs in a JVM: no interpreter buffer to protect
+    max_action_tokens = 256
 
     def __init__(
         self,
