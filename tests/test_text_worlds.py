@@ -176,8 +176,10 @@ def test_scienceworld_contract_and_rewards():
         gym.make("lmgym/ScienceWorld-v0", task="find-living-thng")
     env.close()
     long = gym.make("lmgym/ScienceWorld-v0", task="find-non-living-thing")
-    commands, _, last = play_oracle(long, 3)  # the gold path's longest command: 141 characters
-    assert last["won"] and max(map(len, commands)) > 100  # it fits the action space and reaches the game whole
+    long.reset(seed=3)
+    command = "move book (the foundations of the origin of species) to " + "yellow " * 12 + "box"  # gold: 141
+    action = np.array(long.unwrapped.tokenizer.encode(command + "\n"))
+    assert long.action_space.contains(action) and long.step(action)[4]["command"] == command  # reaches it whole
     long.close()
 
 
