@@ -17,7 +17,7 @@ import lmgym  # noqa: F401
 from lmgym.agents import PPOAgent, PPOConfig
 from lmgym.agents.callbacks import NoSignal, RewardOnLastTurn, ShuffleRewards
 from lmgym.agents.evaluation import evaluate
-from lmgym.agents.intervals import pass_at_k, wilson
+from lmgym.agents.intervals import mean_interval, pass_at_k, wilson
 from lmgym.agents.trajectories import Episode, Trajectories
 from lmgym.compat import installed
 from lmgym.tokenizers import ByteTokenizer
@@ -88,6 +88,7 @@ def test_an_evaluation_carries_its_interval_and_pass_at_k():
     stats, batch = evaluate(agent, envs, 8, samples=4)
     wins = sum(e.success for e in batch)
     assert stats["success_ci"] == list(wilson(wins, 8)) and stats["episodes"] == 8
+    assert stats["return_ci"] == list(mean_interval(batch.returns))  # the score's interval too
     sampled = stats["sampled"]
     assert sampled["k"] == 4 and sampled["episodes"] == 32 and 0 <= sampled["pass@4"] <= 1
     assert sampled["pass@4"] >= sampled["success"]  # at least one of four does as well as one on average

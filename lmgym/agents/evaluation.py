@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from lmgym.agents.intervals import mean_pass_at_k, wilson
+from lmgym.agents.intervals import mean_interval, mean_pass_at_k, wilson
 from lmgym.agents.rollout import EVAL_SEED_OFFSET
 from lmgym.agents.trajectories import Trajectories
 
@@ -56,6 +56,7 @@ def summary(batch: Trajectories) -> dict[str, Any]:
         "success_ci": list(wilson(wins, len(batch))),
         "tool_rate": stats["env/tool_rate"],
         "mean_return": float(np.mean(batch.returns)),
+        "return_ci": list(mean_interval(batch.returns)),
         "episodes": len(batch),
         "errors": error_mix(batch),
     }

@@ -33,6 +33,25 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def mean_interval(values: Sequence[float], z: float = Z95) -> tuple[float, float]:
+    """The normal 95% interval of a mean (a score, a return): mean -+ z * sample std / sqrt(n).
+
+    Example:
+        >>> [round(x, 3) for x in mean_interval([0.0, 1.0, 0.5, 0.5])]
+        [0.1, 0.9]
+        >>> mean_interval([0.25]), mean_interval([])
+        ((0.25, 0.25), (0.0, 0.0))
+    """
+    n = len(values)
+    if n == 0:
+        return 0.0, 0.0
+    mean = sum(values) / n
+    if n == 1:
+        return mean, mean
+    half = z * math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+    return mean - half, mean + half
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased estimate of pass@k from ``n`` samples with ``c`` successes (``k <= n``).
 
@@ -52,4 +71,4 @@ def mean_pass_at_k(counts: Sequence[tuple[int, int]], k: int) -> float:
     return sum(pass_at_k(n, c, k) for n, c in counts) / max(1, len(counts))
 
 
-__all__ = ["Z95", "mean_pass_at_k", "pass_at_k", "wilson"]
+__all__ = ["Z95", "mean_interval", "mean_pass_at_k", "pass_at_k", "wilson"]

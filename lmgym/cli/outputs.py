@@ -35,7 +35,7 @@ def write_outputs(spec: RunSpec, agent: PPOAgent, before: tuple, after: tuple) -
 
 def report(spec: RunSpec, agent: PPOAgent, before: dict[str, Any], after: dict[str, Any], wall: float) -> None:
     """``summary.json``, and the before/after table."""
-    keys = ("success", "success_ci", "tool_rate", "mean_return", "errors", "sampled")
+    keys = ("success", "success_ci", "tool_rate", "mean_return", "return_ci", "errors", "sampled")
     summary = {
         "env": spec.env_id,
         "model": spec.model or "default (tiny Llama, warm-started)",
