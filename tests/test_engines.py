@@ -215,3 +215,21 @@ def test_logits_of_the_action_tokens_only_equal_the_full_forward(family):
     _, logprobs = action_logprobs(picked, tokens, actions, temperature=0.7)
     reference = torch.where(actions, token_logprobs(full, tokens, 0.7), 0.0)
     torch.testing.assert_close(logprobs, reference, atol=1e-5, rtol=1e-5)
+
+
+def test_the_growing_cache_layer_holds_what_concatenation_would():
+    from transformers.cache_utils import DynamicLayer
+
+    from lmgym.agents.engines.hf import growing_layer
+
+    grown, plain = growing_layer(), DynamicLayer()
+    torch.manual_seed(0)
+    for step, m in enumerate([5, 1, 1, 3, 1, 1, 1, 7, 1]):
+        rows = 3 if step <= 4 else 2
+        k, v = torch.randn(rows, 2, m, 4), torch.randn(rows, 2, m, 4)
+        got, want = grown.update(k, v), plain.update(k, v)
+        assert all(torch.equal(a, b) for a, b in zip(got, want)) and grown.get_seq_length() == plain.get_seq_length()
+        if step == 4:  # rows reordered and dropped between turns: the layer adopts the new keys
+            for layer in (grown, plain):
+                layer.batch_select_indices(torch.tensor([2, 0]))
+    assert grown.room[0].shape[-2] > grown.get_seq_length()  # room to grow into

@@ -206,7 +206,7 @@ class HFEngine:
 
         model, device = self.policy.model, self.policy.device
         if self.cache is None:
-            self.cache = DynamicCache(config=model.config)
+            self.cache = growing_cache(DynamicCache(config=model.config))
         before = self.mask.sum(-1, keepdim=True)  # (B, 1) real tokens already cached
         positions = (before + seg_mask.cumsum(-1) - 1).clamp(min=0)  # (B, n) positions of real tokens
         self.mask = torch.cat([self.mask, seg_mask], dim=1)  # (B, W + n)
@@ -237,6 +237,45 @@ class SnapshotEngine(HFEngine):
         with torch.no_grad():
             self.policy.module.load_state_dict(self.source.state_dict())
         self.reset()
+
+
+def growing_cache(cache: Any) -> Any:
+    """``cache`` with each of its plain ``DynamicLayer``s made a ``GrowingLayer`` (sliding-window
+    and other layer kinds stay as they are)."""
+    from transformers.cache_utils import DynamicLayer
+
+    for i, layer in enumerate(getattr(cache, "layers", [])):
+        if type(layer) is DynamicLayer:
+            cache.layers[i] = growing_layer()
+    return cache
+
+
+def growing_layer() -> Any:
+    """A ``DynamicLayer`` whose keys and values live in buffers that double when full, so a decode
+    step copies its one new token where ``DynamicLayer`` concatenates (copies) the whole cache: a
+    text world's episode of 10,000 tokens spent most of its decode time in those copies."""
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        room: list[torch.Tensor] = []  # keys and values, with room after the cached tokens
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            keys, values = (self.keys, self.values) if self.is_initialized else (None, None)
+            if keys is None or values is None or keys.numel() == 0:
+                self.room = []
+                return super().update(key_states, value_states, *args, **kwargs)
+            n, m = keys.shape[-2], key_states.shape[-2]
+            if not self.room or self.room[0].data_ptr() != keys.data_ptr() or self.room[0].shape[-2] < n + m:
+                grow = max(m, n)  # re-adopted after anything replaced the keys (a batch_select_indices)
+                self.room = [
+                    torch.cat([t, t.new_empty(*t.shape[:-2], grow, t.shape[-1])], dim=-2) for t in (keys, values)
+                ]
+            self.room[0][..., n : n + m, :] = key_states
+            self.room[1][..., n : n + m, :] = value_states
+            self.keys, self.values = self.room[0][..., : n + m, :], self.room[1][..., : n + m, :]
+            return self.keys, self.values
+
+    return GrowingLayer()
 
 
 def cache_argument(model: Any) -> str:
