@@ -125,19 +125,26 @@ def test_worlds_in_vector_envs_take_any_action(env_id, module, extra, java, kwar
         envs.close()
 
 
-def test_no_action_crashes_the_game_process(cache):
+def test_no_action_crashes_the_game_process(cache, capfd):
     """jericho's interpreter runs in this process and copied a command into a fixed buffer: 64
     tokens of U+FFFD (192 bytes) once crashed pytest itself. Commands are ASCII, 100 characters."""
     needs("textworld", "textworld")
     env = gym.make("lmgym/TextWorld-v0", challenge="tw-simple", games=1, max_action_tokens=512)
     env.reset(seed=0)
     rng = np.random.default_rng(0)
-    for action in [np.full(512, 0xFF), np.array(list(b"x" * 512)), *(rng.integers(0, 256, 512) for _ in range(20))]:
+    interpreter = np.array(list(b"\\xyz"))  # a line frotz itself reads (and prints to stdout about)
+    for action in [
+        np.full(512, 0xFF),
+        np.array(list(b"x" * 512)),
+        interpreter,
+        *(rng.integers(0, 256, 512) for _ in range(20)),
+    ]:
         obs, reward, terminated, truncated, _ = env.step(action)
         assert isinstance(obs, str) and reward == 0.0
         if terminated or truncated:
             env.reset(seed=0)
     env.close()
+    assert "FROTZ" not in capfd.readouterr().out
 
 
 def test_textworld_settings_are_checked_before_a_game_is_made(cache):

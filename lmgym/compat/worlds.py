@@ -23,16 +23,21 @@ MAX_COMMAND_CHARS = 100
 TextWorld's interpreter (jericho's frotz, in this process) copies a command into a fixed buffer,
 and a longer one (hundreds of bytes of U+FFFD) crashed the process."""
 ART = re.compile(r"^[^A-Za-z0-9]*$")
-NOT_ASCII = re.compile(r"[^\x20-\x7e]")
+NOT_ASCII = re.compile(r"[^\x20-\x7e]|\\")
+"""Kept out of commands: what is not printable ASCII, and backslashes (jericho's frotz reads a
+line that starts with one as a command to the interpreter itself, ``\\help``)."""
 
 
 def first_line(text: str, limit: int = MAX_COMMAND_CHARS) -> str:
     """The command in a model's turn: its first line with printable ASCII in it, that ASCII only
-    (the games' commands are ASCII), whitespace collapsed, at most ``limit`` characters.
+    (the games' commands are ASCII, never a backslash), whitespace collapsed, at most ``limit``
+    characters.
 
     Example:
         >>> first_line("  open   door\\nthen more"), first_line("\\ufffd\\ufffd\\ntake k\\u00e9y")
         ('open door', 'take ky')
+        >>> first_line("\\\\x look")
+        'x look'
     """
     for line in text.splitlines():
         command = " ".join(NOT_ASCII.sub("", line).split())
