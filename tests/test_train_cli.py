@@ -63,10 +63,12 @@ def test_train_writes_every_output(smoke_run):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["env"] == "lmgym/Calculator-v0" and summary["seed"] == 3
     for phase in ("before", "after"):
-        assert set(summary[phase]) == {"success", "success_ci", "tool_rate", "mean_return", "errors"}
+        assert set(summary[phase]) == {"success", "success_ci", "tool_rate", "mean_return", "return_ci", "errors"}
         assert all(0.0 <= summary[phase][k] <= 1.0 for k in ("success", "tool_rate", "mean_return"))
         lo, hi = summary[phase]["success_ci"]  # the 95% Wilson interval
         assert lo <= summary[phase]["success"] <= hi
+        low, high = summary[phase]["return_ci"]  # the mean return's 95% interval
+        assert low <= summary[phase]["mean_return"] <= high
         errors = summary[phase]["errors"]  # Calculator-v0 classifies every episode's outcome
         assert set(errors) <= {"correct", "no tool", "operand copy", "result copy", "malformed"}
         assert abs(sum(errors.values()) - 1) < 1e-9 and errors.get("correct", 0) == summary[phase]["success"]
