@@ -220,9 +220,9 @@ def test_logits_of_the_action_tokens_only_equal_the_full_forward(family):
 def test_the_growing_cache_layer_holds_what_concatenation_would():
     from transformers.cache_utils import DynamicLayer
 
-    from lmgym.agents.engines.hf import growing_layer
+    from lmgym.agents.engines.hf import GrowingLayer
 
-    grown, plain = growing_layer(), DynamicLayer()
+    grown, plain = GrowingLayer(), DynamicLayer()
     torch.manual_seed(0)
     for step, m in enumerate([5, 1, 1, 3, 1, 1, 1, 7, 1]):
         rows = 3 if step <= 4 else 2

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from lmgym.agents.engines.base import EnginePolicy, Generation
 from lmgym.agents.engines.sampling import sample
@@ -242,40 +243,32 @@ class SnapshotEngine(HFEngine):
 def growing_cache(cache: Any) -> Any:
     """``cache`` with each of its plain ``DynamicLayer``s made a ``GrowingLayer`` (sliding-window
     and other layer kinds stay as they are)."""
-    from transformers.cache_utils import DynamicLayer
-
     for i, layer in enumerate(getattr(cache, "layers", [])):
         if type(layer) is DynamicLayer:
-            cache.layers[i] = growing_layer()
+            cache.layers[i] = GrowingLayer()
     return cache
 
 
-def growing_layer() -> Any:
+class GrowingLayer(DynamicLayer):
     """A ``DynamicLayer`` whose keys and values live in buffers that double when full, so a decode
     step copies its one new token where ``DynamicLayer`` concatenates (copies) the whole cache: a
     text world's episode of 10,000 tokens spent most of its decode time in those copies."""
-    from transformers.cache_utils import DynamicLayer
 
-    class GrowingLayer(DynamicLayer):
-        room: list[torch.Tensor] = []  # keys and values, with room after the cached tokens
+    room: list[torch.Tensor] = []  # keys and values, with room after the cached tokens
 
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            keys, values = (self.keys, self.values) if self.is_initialized else (None, None)
-            if keys is None or values is None or keys.numel() == 0:
-                self.room = []
-                return super().update(key_states, value_states, *args, **kwargs)
-            n, m = keys.shape[-2], key_states.shape[-2]
-            if not self.room or self.room[0].data_ptr() != keys.data_ptr() or self.room[0].shape[-2] < n + m:
-                grow = max(m, n)  # re-adopted after anything replaced the keys (a batch_select_indices)
-                self.room = [
-                    torch.cat([t, t.new_empty(*t.shape[:-2], grow, t.shape[-1])], dim=-2) for t in (keys, values)
-                ]
-            self.room[0][..., n : n + m, :] = key_states
-            self.room[1][..., n : n + m, :] = value_states
-            self.keys, self.values = self.room[0][..., : n + m, :], self.room[1][..., : n + m, :]
-            return self.keys, self.values
-
-    return GrowingLayer()
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        keys, values = (self.keys, self.values) if self.is_initialized else (None, None)
+        if keys is None or values is None or keys.numel() == 0:
+            self.room = []
+            return super().update(key_states, value_states, *args, **kwargs)
+        n, m = keys.shape[-2], key_states.shape[-2]
+        if not self.room or self.room[0].data_ptr() != keys.data_ptr() or self.room[0].shape[-2] < n + m:
+            grow = max(m, n)  # re-adopted after anything replaced the keys (a batch_select_indices)
+            self.room = [torch.cat([t, t.new_empty(*t.shape[:-2], grow, t.shape[-1])], dim=-2) for t in (keys, values)]
+        self.room[0][..., n : n + m, :] = key_states
+        self.room[1][..., n : n + m, :] = value_states
+        self.keys, self.values = self.room[0][..., : n + m, :], self.room[1][..., : n + m, :]
+        return self.keys, self.values
 
 
 def cache_argument(model: Any) -> str:
@@ -326,4 +319,4 @@ def hf_generate(
     return [cut_action(row[width:].tolist(), tok, stop_strings, max_new_tokens) for row in out.cpu()]
 
 
-__all__ = ["LEAN_KWARGS", "HFEngine", "SnapshotEngine", "cache_argument", "hf_generate"]
+__all__ = ["LEAN_KWARGS", "GrowingLayer", "HFEngine", "SnapshotEngine", "cache_argument", "growing_cache", "hf_generate"]
