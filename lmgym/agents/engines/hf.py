@@ -319,4 +319,12 @@ def hf_generate(
     return [cut_action(row[width:].tolist(), tok, stop_strings, max_new_tokens) for row in out.cpu()]
 
 
-__all__ = ["LEAN_KWARGS", "GrowingLayer", "HFEngine", "SnapshotEngine", "cache_argument", "growing_cache", "hf_generate"]
+__all__ = [
+    "LEAN_KWARGS",
+    "GrowingLayer",
+    "HFEngine",
+    "SnapshotEngine",
+    "cache_argument",
+    "growing_cache",
+    "hf_generate",
+]
