@@ -238,7 +238,7 @@ class ShuffleRewards(Callback):
     def on_collect(self, agent: Learner, batch: Trajectories) -> None:
         returns = [e.return_ for e in batch]
         for e, r in zip(batch, self.rng.permutation(returns)):
-            e.rewards = [0.0] * (len(e.rewards) - 1) + [float(r)]
+            on_last_turn(e, float(r))
 
 
 class RewardOnLastTurn(Callback):
@@ -249,7 +249,12 @@ class RewardOnLastTurn(Callback):
 
     def on_collect(self, agent: Learner, batch: Trajectories) -> None:
         for e in batch:
-            e.rewards = [0.0] * (len(e.rewards) - 1) + [float(e.return_)]
+            on_last_turn(e, float(e.return_))
+
+
+def on_last_turn(episode: Any, reward: float) -> None:
+    """Gives ``episode`` one reward, on its last turn (0 on the others)."""
+    episode.rewards = [0.0] * (len(episode.rewards) - 1) + [reward]
 
 
 class NoSignal(Callback):

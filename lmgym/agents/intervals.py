@@ -10,6 +10,7 @@ of k samples succeeds, estimated without bias from n >= k samples with c success
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 Z95 = 1.959963984540054
@@ -42,13 +43,10 @@ def mean_interval(values: Sequence[float], z: float = Z95) -> tuple[float, float
         >>> mean_interval([0.25]), mean_interval([])
         ((0.25, 0.25), (0.0, 0.0))
     """
-    n = len(values)
-    if n == 0:
+    if not values:
         return 0.0, 0.0
-    mean = sum(values) / n
-    if n == 1:
-        return mean, mean
-    half = z * math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+    mean = statistics.fmean(values)
+    half = z * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
     return mean - half, mean + half
 
 
