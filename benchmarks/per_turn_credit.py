@@ -29,6 +29,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lmgym.cli.outputs import interval
+
 WORLDS = {
     "textworld": ["lmgym/TextWorld-v0", "--env-arg", "challenge=tw-simple"],
     "scienceworld": ["lmgym/ScienceWorld-v0", "--env-arg", "task=find-non-living-thing", "--num-envs", "8"],
@@ -43,11 +45,10 @@ VARIANTS = {
 
 
 def cell(stats: dict) -> str:
-    lo, hi = stats["success_ci"]
     score = f"{stats['mean_return']:.2f}"
     if "return_ci" in stats:
         score += f" ({stats['return_ci'][0]:.2f}-{stats['return_ci'][1]:.2f})"
-    return f"{stats['success']:.1%} ({lo:.1%}-{hi:.1%}) | {score}"
+    return f"{stats['success']:.1%} ({interval(stats)}) | {score}"
 
 
 def main() -> None:

@@ -334,5 +334,6 @@ __all__ = [
     "StopAtSuccess",
     "eval_metrics",
     "fire",
+    "on_last_turn",
     "run_callbacks",
 ]
