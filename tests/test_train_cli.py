@@ -200,3 +200,19 @@ def test_train_resumes_from_its_last_checkpoint(smoke_run):
     with open(out / "metrics.csv", newline="") as f:
         steps = [int(float(r["step"])) for r in csv.DictReader(f)]
     assert steps == [0, 1, 2, 3]
+
+
+def test_default_model_on_long_episodes_plays_with_its_demonstrations_budgets():
+    """An env of 50 turns or more gets the turns (and tokens) its oracle needs, twice over; a
+    short env, and what ``--env-arg`` sets, stay as they are."""
+    import gymnasium as gym
+
+    from lmgym.cli.session import default_budgets
+    from lmgym.cli.spec import RunSpec
+
+    gym.register("lmgym-test/LongEcho-v0", entry_point="lmgym.envs.echo:EchoEnv", max_episode_steps=60)
+    sized = default_budgets(RunSpec("train", "lmgym-test/LongEcho-v0"))
+    assert sized.env_kwargs == {"max_episode_steps": 2}  # Echo's oracle answers in 1 turn; 8 tokens a turn stay
+    given = RunSpec("train", "lmgym-test/LongEcho-v0", env_kwargs={"max_episode_steps": 5})
+    assert default_budgets(given).env_kwargs == {"max_episode_steps": 5}
+    assert default_budgets(RunSpec("train", "lmgym/Calculator-v0")).env_kwargs == {}

@@ -78,11 +78,12 @@ def demonstrations(
     of the sums); otherwise the innermost env's oracle, which answers without tools.
     An action that does not end with a stop string gets EOS, so the model learns to stop.
     With ``seconds``, no episode starts after that (the ones played are those a longer run plays first).
+    An episode where the oracle's turn is longer than the env's ``max_action_tokens`` is left out.
     """
     rng = np.random.default_rng(seed)
     stops = tuple(env.get_wrapper_attr("stop_strings"))
     out: list[Episode] = []
-    started = time.monotonic()
+    started, skipped, budget = time.monotonic(), 0, env.action_space.max_length  # type: ignore[attr-defined]
     for _ in range(n):
         if out and seconds is not None and time.monotonic() - started > seconds:
             print(f"warm start: {len(out)} of {n} demonstrations, the {seconds / 60:.0f} minutes for them spent")
@@ -91,15 +92,22 @@ def demonstrations(
         oracle = env.get_wrapper_attr("oracle") if use_tools else env.unwrapped.oracle  # type: ignore[attr-defined]
         reset_seed = int(rng.integers(2**30))
         obs, _ = env.reset(seed=reset_seed)
-        episode, done = EpisodeBuilder(tokenizer.encode(obs), reset_seed), False
+        episode, done, fits = EpisodeBuilder(tokenizer.encode(obs), reset_seed), False, True
         while not done:
             text = oracle()
             ids = tokenizer.encode(text) + ([] if text.endswith(stops) and stops else [tokenizer.eos_token_id])
+            fits = len(ids) <= budget  # a longer command is not a turn the model can take
+            if not fits:
+                break
             obs, reward, terminated, truncated, info = env.step(np.array(ids))
             episode.add_action(ids, float(reward), info)
             episode.add_observation(tokenizer.encode(obs))
             done = terminated or truncated
-        out.append(episode.build())
+        if fits:
+            out.append(episode.build())
+        skipped += not fits
+    if skipped:
+        print(f"warm start: {skipped} demonstration(s) left out, an oracle turn longer than max_action_tokens={budget}")
     return out
 
 

@@ -148,6 +148,48 @@ def pretrained_recipe(spec: RunSpec) -> tuple[RunSpec, Recipe]:
     return dataclasses.replace(spec, warmstart_steps=steps, env_kwargs=env_kwargs), recipe
 
 
+LONG_EPISODE_TURNS = 50
+"""A turn limit from which the default model plays with budgets sized from its demonstrations
+(``default_budgets``): the text worlds (50-100 turns), TextArena's and GEM's games (200)."""
+
+
+def default_budgets(spec: RunSpec) -> RunSpec:
+    """The default model on an env of long episodes (a turn limit of ``LONG_EPISODE_TURNS`` or
+    more): the turn and token budgets the env's oracle needs (``defaults.action_budget`` in the
+    byte tokenizer's tokens), each where it is less than the env's and not set by ``--env-arg``.
+    A text world's default run then stops its untrained model's noise at twice the oracle's
+    longest command and most turns (``tw-simple``: 88 tokens and 24 turns, not 128 and 50)."""
+    import gymnasium as gym
+
+    from lmgym.agents.defaults import action_budget
+    from lmgym.agents.warmstart import env_special_tokens
+    from lmgym.tokenizers import ByteTokenizer
+
+    limit = spec.env_kwargs.get("max_episode_steps", getattr(gym.spec(spec.env_id), "max_episode_steps", None))
+    if (
+        limit is None
+        or limit < LONG_EPISODE_TURNS
+        or {"max_action_tokens", "max_episode_steps"} <= set(spec.env_kwargs)
+    ):
+        return spec
+    tokenizer = ByteTokenizer(env_special_tokens(spec.env_id, spec.env_kwargs))
+    env = guarded_env(spec, tokenizer)
+    try:
+        budget, tokens = action_budget(env, tokenizer), env.action_space.max_length  # type: ignore[attr-defined]
+    finally:
+        env.close()
+    if budget is None:
+        return spec
+    given, sized = spec.env_kwargs, {}
+    if budget[0] < tokens and "max_action_tokens" not in given:
+        sized["max_action_tokens"] = budget[0]
+    if budget[1] < limit and "max_episode_steps" not in given:
+        sized["max_episode_steps"] = budget[1]
+    if sized:
+        print(f"budgets from the demonstrations (an env of long episodes): {sized} (--env-arg KEY=VALUE to choose)")
+    return dataclasses.replace(spec, env_kwargs={**spec.env_kwargs, **sized})
+
+
 CHECKED_TEMPLATES: set[str] = set()
 """Chat templates this process rendered in the sandbox without a problem (``template_problem``)."""
 
@@ -321,6 +363,7 @@ __all__ = [
     "check_chat_template",
     "check_ray_address",
     "connect_ray",
+    "default_budgets",
     "pretrained_recipe",
     "env_maker",
     "make_agent",

@@ -34,6 +34,7 @@ from lmgym.cli.rundir import claim_run_dir
 from lmgym.cli.session import (
     check_chat_template,
     connect_ray,
+    default_budgets,
     make_agent,
     make_envs,
     pretrained_recipe,
@@ -166,7 +167,7 @@ def run(spec: RunSpec, built: dict[str, Any], started: float) -> None:
     from lmgym.agents.engines import engine_problem
     from lmgym.agents.models import format_memory
 
-    spec, recipe = pretrained_recipe(spec) if spec.model else (spec, None)
+    spec, recipe = pretrained_recipe(spec) if spec.model else (default_budgets(spec), None)
     spec = dataclasses.replace(spec, config=run_config(spec, recipe))
     config = spec.config
     assert config is not None
