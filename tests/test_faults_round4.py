@@ -88,6 +88,18 @@ def test_the_default_model_plays_its_demonstrations_guarded_and_few_without_a_wa
         default_model("faulty/Faulty-v0", kwargs, WarmStartConfig(steps=0, n_layer=1), False, step_timeout=0.3)
 
 
+def test_a_demonstration_longer_than_the_turn_budget_is_left_out(capsys):
+    """An oracle turn the env's max_action_tokens cannot hold ended the warm start with a
+    ValueError (ScienceWorld's 141-character commands); now that episode is left out."""
+    from lmgym.agents.warmstart import demonstrations
+
+    env = gym.make("lmgym/Calculator-v0", max_action_tokens=20)  # "<answer>N</answer>" + EOS: N of 1-2 digits
+    kept = demonstrations(env, 20, env.unwrapped.tokenizer, tool_rate=0.0)
+    left_out = int(capsys.readouterr().out.split("warm start: ")[1].split()[0])
+    assert 0 < len(kept) < 20 and len(kept) + left_out == 20
+    assert all(sum(e.action_mask.tolist()) <= 20 for e in kept)
+
+
 def test_a_worker_thread_raising_keyboard_interrupt_does_not_interrupt_the_caller():
     worker = core.Worker()
 
