@@ -5,8 +5,9 @@ plain copy) with LoRA on the same reasoning-gym task: the same training items (t
 instances for seeds drawn from ``--seed``), the same chat-templated prompt (``ReasoningGym-v0``'s,
 a worked example included when ``--example``), the same reward (reasoning-gym's score of the
 final answer, ``ReasoningGymEnv.step_text``), the same group size, completions per step, new
-tokens, learning rate (constant), LoRA rank, number of completions and sampling (T=1), one torch
-thread each, in subprocesses run one after the other (interleaved over ``--reps``). TRL runs
+tokens, learning rate (constant), LoRA rank, optimizer steps per batch of completions (the
+recipe's mini-batches), sampling temperature (the recipe's), one torch thread each, in
+subprocesses run one after the other (interleaved over ``--reps``). TRL runs
 ``GRPOTrainer`` with a peft ``LoraConfig``; lmgym runs ``lmgym train``'s pure-RL recipe in Python
 (its estimator, ``--estimator`` to choose another). Before and after, the same evaluation (lmgym's,
 greedy, the same ``--eval`` held-out items, with 95% Wilson intervals) scores both models; the
@@ -88,6 +89,7 @@ def run_lmgym(args: argparse.Namespace, path: str) -> dict[str, Any]:
     from lmgym.wrappers import ChatTemplate
 
     config = {**PURE_RL_CONFIG, "learning_rate": args.lr, "group_size": args.group, "seed": args.seed}
+    config["rollout"] = {"generation_kwargs": {"temperature": args.temperature}}
     config.update(episodes_per_update=args.completions, model={"peft_config": {"r": args.lora_r}})
     config.update({"estimator": args.estimator} if args.estimator else {})
     agent = PPOAgent(path, config=PPOConfig(**config))
@@ -113,6 +115,8 @@ def run_trl(args: argparse.Namespace, path: str) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from lmgym.agents.defaults import PURE_RL_CONFIG
+
     env = gym.make("lmgym/ReasoningGym-v0", **env_kwargs(args)).unwrapped
     rows = []
     for seed in training_seeds(args):
@@ -128,17 +132,19 @@ def run_trl(args: argparse.Namespace, path: str) -> dict[str, Any]:
         return scores
 
     tok = AutoTokenizer.from_pretrained(path, padding_side="left")
+    mini = PURE_RL_CONFIG["mini_batch_size"]  # lmgym's optimizer steps per batch of completions, TRL's too
     trl_args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="vs_trl_learning_"),
-        max_steps=args.steps,
-        per_device_train_batch_size=args.completions,
+        max_steps=args.steps * (args.completions // mini),
+        per_device_train_batch_size=mini,
+        steps_per_generation=args.completions // mini,
         num_generations=args.group,
         max_completion_length=args.max_new_tokens,
         learning_rate=args.lr,
         lr_scheduler_type="constant",
         gradient_checkpointing=False,
         beta=0.0,
-        temperature=1.0,
+        temperature=args.temperature,
         top_k=0,
         top_p=1.0,
         use_cpu=True,
@@ -191,7 +197,12 @@ def main() -> None:
     parser.add_argument("--completions", type=int, default=64, help="completions per step")
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--lr", type=float, default=1e-4)
+    from lmgym.agents.defaults import PURE_RL_CONFIG
+
+    parser.add_argument("--lr", type=float, default=PURE_RL_CONFIG["learning_rate"])
+    parser.add_argument(
+        "--temperature", type=float, default=PURE_RL_CONFIG["rollout"]["generation_kwargs"]["temperature"]
+    )
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--estimator", default=None, help="lmgym's (default: the pure-RL recipe's)")
     parser.add_argument("--eval", type=int, default=200, help="held-out items")

@@ -137,7 +137,7 @@ def test_rewards_alone_end_to_end_says_what_it_picked_and_reports_intervals(tmp_
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = [x for x in result.stdout.splitlines() if x.startswith("recipe for a pretrained model: ")]
-    assert "from rewards alone: rloo in groups of 8, temperature 1" in line
+    assert "LoRA r=16, learning_rate 0.0003, from rewards alone: rloo in groups of 8, temperature 0.7," in line
     assert "the turn budget from the model's sampled replies" in line
     assert any(x.startswith("turn budget: ") for x in result.stdout.splitlines())
     assert "95% interval" in result.stdout and "pass@2" in result.stdout
