@@ -450,3 +450,21 @@ def test_anneal_lr_goes_linearly_to_zero():
         progress_bar=False,
     )
     assert rates == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])
+
+
+def test_target_kl_stops_the_update_once_the_policy_has_moved_past_it():
+    """SB3's target_kl: the first mini-batch steps (its KL is 0), the next one is past 1.5 x a
+    tiny target and the update stops there; without it every mini-batch of every epoch steps."""
+    envs = gym.make_vec("lmgym/Echo-v0", num_envs=4, vectorization_mode="sync")
+    steps = {}
+    for target in (None, 1e-6):
+        agent = byte_agent(learning_rate=1e-2, mini_batch_size=2, n_epochs=2, target_kl=target)
+        batch = agent.collect(envs, 8)
+        counted = agent.optimizer.step
+        calls = []
+        agent.optimizer.step = lambda *a, **k: (calls.append(1), counted(*a, **k))[1]
+        metrics = agent.update(batch)
+        steps[target] = (len(calls), metrics.get("policy/stopped_at_target_kl"))
+    assert steps == {None: (8, None), 1e-6: (1, 1.0)}
+    with pytest.raises(ValueError, match="target_kl must be positive"):
+        PPOConfig(target_kl=0.0)

@@ -222,6 +222,10 @@ class PPOConfig:
     """Gradient clipping norm (TRL default; SB3 uses 0.5)."""
     n_epochs: int = 4
     """PPO epochs over each batch (SB3 and TRL default 4)."""
+    target_kl: float | None = None
+    """Stop an update where a mini-batch's approx KL to the sampling policy passes 1.5 x this
+    (SB3's ``target_kl``): an update cannot run the policy far from the episodes it learns from.
+    ``None``: every mini-batch of every epoch runs."""
     seed: int = 0
     """Seeds torch, numpy and the episode seeds: the same seed reproduces a run."""
 
@@ -284,8 +288,8 @@ class PPOConfig:
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"{f.name} must be a finite number, got {value}")
-        for name in ("learning_rate", "clip_range", "max_grad_norm"):
-            if getattr(self, name) <= 0:
+        for name in ("learning_rate", "clip_range", "max_grad_norm", "target_kl"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("gamma", "gae_lambda"):
             if not 0 <= getattr(self, name) <= 1:
