@@ -1,3 +1,5 @@
+from unittest import mock
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -460,11 +462,9 @@ def test_target_kl_stops_the_update_once_the_policy_has_moved_past_it():
     for target in (None, 1e-6):
         agent = byte_agent(learning_rate=1e-2, mini_batch_size=2, n_epochs=2, target_kl=target)
         batch = agent.collect(envs, 8)
-        counted = agent.optimizer.step
-        calls = []
-        agent.optimizer.step = lambda *a, **k: (calls.append(1), counted(*a, **k))[1]
-        metrics = agent.update(batch)
-        steps[target] = (len(calls), metrics.get("policy/stopped_at_target_kl"))
+        with mock.patch.object(agent.optimizer, "step", wraps=agent.optimizer.step) as step:
+            metrics = agent.update(batch)
+        steps[target] = (step.call_count, metrics.get("policy/stopped_at_target_kl"))
     assert steps == {None: (8, None), 1e-6: (1, 1.0)}
     with pytest.raises(ValueError, match="target_kl must be positive"):
         PPOConfig(target_kl=0.0)
