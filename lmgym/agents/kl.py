@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import torch
 
 
 @dataclass
@@ -25,3 +28,11 @@ class KLController:
             return
         error = min(max(current_kl / self.target - 1, -0.2), 0.2)
         self.value *= 1 + error * n_episodes / self.horizon
+
+
+def past_target_kl(accelerator: Any, approx_kl: float, target: float | None) -> bool:
+    """``PPOConfig.target_kl`` (SB3's rule): whether a mini-batch's approx KL to the sampling
+    policy, averaged over processes (so that all stop together), passes 1.5 x ``target``."""
+    if target is None:
+        return False
+    return float(accelerator.gather(torch.tensor([approx_kl], device=accelerator.device)).mean()) > 1.5 * target

@@ -3,6 +3,7 @@ has given the log-probs, values and entropy of a minibatch. Pure functions, no m
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
@@ -95,4 +96,11 @@ def approx_kl(ratio: torch.Tensor, log_ratio: torch.Tensor, mask: torch.Tensor) 
     return masked_mean((ratio - 1) - log_ratio, mask)
 
 
-__all__ = ["LossInputs", "approx_kl", "clipped_policy_loss", "k3_kl", "masked_mean", "value_loss"]
+def minibatch_rows(n: int, size: int, epochs: int) -> Iterator[torch.Tensor]:
+    """The rows of each mini-batch of an update: ``epochs`` shuffles of ``n`` rows, ``size`` at a time."""
+    for _ in range(epochs):
+        order = torch.randperm(n)
+        yield from (order[lo : lo + size] for lo in range(0, n, size))
+
+
+__all__ = ["LossInputs", "approx_kl", "minibatch_rows", "clipped_policy_loss", "k3_kl", "masked_mean", "value_loss"]

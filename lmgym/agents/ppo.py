@@ -33,7 +33,7 @@ from lmgym.agents.callbacks import CallbackLike, fire, run_callbacks
 from lmgym.agents.checkpoints import fitting, model_signature
 from lmgym.agents.config import PPOConfig
 from lmgym.agents.engines import Engine, EnginePolicy, make_engine
-from lmgym.agents.kl import KLController
+from lmgym.agents.kl import KLController, past_target_kl
 from lmgym.agents.loss import LossInputs
 from lmgym.agents.models import (
     load_model,
@@ -227,26 +227,20 @@ class PPOAgent:
         stats: dict[str, list[float]] = {}
         self.policy.train()
         stopped = False
-        for _ in range(cfg.n_epochs):
-            order = torch.randperm(len(batch))
-            for lo in range(0, len(batch), cfg.mini_batch_size):
-                rows = order[lo : lo + cfg.mini_batch_size]
-                minibatch = padded.rows(rows.to(device), int(lengths[rows].max()))
-                with self.accelerator.accumulate(self.policy):
-                    loss, mb_stats = self.loss(minibatch)
-                    stopped = self.past_target_kl(mb_stats["policy/approx_kl"])
-                    if stopped:
-                        self.optimizer.zero_grad()
-                        break
-                    self.accelerator.backward(loss)
-                    if self.accelerator.sync_gradients:
-                        self.accelerator.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
-                    self.optimizer.step()
+        for rows in ppo_loss.minibatch_rows(len(batch), cfg.mini_batch_size, cfg.n_epochs):
+            minibatch = padded.rows(rows.to(device), int(lengths[rows].max()))
+            with self.accelerator.accumulate(self.policy):
+                loss, mb_stats = self.loss(minibatch)
+                if stopped := past_target_kl(self.accelerator, mb_stats["policy/approx_kl"], cfg.target_kl):
                     self.optimizer.zero_grad()
-                for key, value in mb_stats.items():
-                    stats.setdefault(key, []).append(value)
-            if stopped:
-                break
+                    break
+                self.accelerator.backward(loss)
+                if self.accelerator.sync_gradients:
+                    self.accelerator.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad()
+            for key, value in mb_stats.items():
+                stats.setdefault(key, []).append(value)
         mean_kl = float(self.accelerator.gather(targets.kl.to(device)).mean())
         self.kl_controller.update(mean_kl, len(batch))
         self.num_updates += 1
@@ -254,20 +248,11 @@ class PPOAgent:
         metrics["advantages/raw_std"] = targets.raw_std  # the signal's scale before whitening
         metrics["objective/kl"], metrics["objective/kl_coef"] = mean_kl, self.kl_controller.value
         metrics["optim/learning_rate"] = self.optimizer.param_groups[0]["lr"]
-        if cfg.target_kl is not None:
-            metrics["policy/stopped_at_target_kl"] = float(stopped)
+        metrics |= {"policy/stopped_at_target_kl": float(stopped)} if cfg.target_kl is not None else {}
         metrics["time/update"] = time.perf_counter() - start
         if cfg.estimator == "gae":
             metrics["value/explained_variance"] = explained_variance(batch, targets.returns)
         return metrics
-
-    def past_target_kl(self, approx_kl: float) -> bool:
-        """``target_kl``: whether a mini-batch's approx KL (averaged over processes, so that all
-        stop together) passes 1.5 x the target, SB3's rule; the update then stops before its step."""
-        if self.config.target_kl is None:
-            return False
-        kl = self.accelerator.gather(torch.tensor([approx_kl], device=self.accelerator.device)).mean()
-        return float(kl) > 1.5 * self.config.target_kl
 
     @torch.no_grad()
     def init_value_head(self, batch: Trajectories) -> None:
