@@ -170,6 +170,20 @@ def test_step_timeout_is_a_flag_and_a_config_field():
         PPOConfig(rollout={"on_env_error": "ignore"})
 
 
+def test_generation_kwargs_flag_adds_to_the_recipes_own():
+    from lmgym.agents.defaults import Recipe
+    from lmgym.cli import build_parser
+    from lmgym.cli.spec import RunSpec
+    from lmgym.cli.train import run_config
+
+    recipe = Recipe({"rollout": {"generation_kwargs": {"temperature": 0.7}}}, 0, pure=True)
+    args = build_parser().parse_args(["train", "--generation-kwargs", '{"top_k": 50}'])
+    config = run_config(RunSpec.from_args(args), recipe)
+    assert config.rollout.generation_kwargs == {"temperature": 0.7, "top_k": 50}
+    args = build_parser().parse_args(["train", "--generation-kwargs", '{"temperature": 1.2}'])
+    assert run_config(RunSpec.from_args(args), recipe).rollout.temperature == 1.2
+
+
 # ------------------------------------------------------------------------------- the CLI
 def run_cli(*args):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}

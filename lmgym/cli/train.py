@@ -108,7 +108,12 @@ def add_parser(sub: Any) -> None:
     add_ray_flags(p)
     add_config_flags(p)
     add_learning_flags(p)
-    p.add_argument("--generation-kwargs", type=json.loads, default=None, help="JSON of transformers generation kwargs")
+    p.add_argument(
+        "--generation-kwargs",
+        type=json.loads,
+        default=None,
+        help="JSON of transformers generation kwargs, on top of the recipe's",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--doctor", action="store_true", help="run lmgym doctor's checks first; stop on a FAIL")
     p.set_defaults(func=train)
@@ -224,8 +229,9 @@ def run_config(spec: RunSpec, recipe: Recipe | None = None) -> PPOConfig:
     chosen[("seed",)] = spec.seed
     if spec.estimator is not None:
         chosen[("estimator",)] = spec.estimator
-    if spec.generation_kwargs is not None:
-        chosen[("rollout", "generation_kwargs")] = spec.generation_kwargs
+    if spec.generation_kwargs is not None:  # on top of the recipe's (its temperature stays unless given)
+        recipe_kwargs = base.get("rollout", {}).get("generation_kwargs", {})
+        chosen[("rollout", "generation_kwargs")] = {**recipe_kwargs, **spec.generation_kwargs}
     given = nested(chosen)
     for group in ("rollout", "engine", "model", "run"):  # a group the recipe set and the flags set both
         if isinstance(base.get(group), dict) and group in given:
