@@ -184,6 +184,28 @@ def test_generation_kwargs_flag_adds_to_the_recipes_own():
     assert run_config(RunSpec.from_args(args), recipe).rollout.temperature == 1.2
 
 
+def test_train_evaluates_on_no_more_envs_than_num_envs(monkeypatch, tmp_path):
+    """A ScienceWorld env is a JVM of ~450 MB: evaluating on 50 of them beside ``--num-envs 8``
+    ran a 24 GB machine out of memory."""
+    from lmgym.cli import build_parser
+    from lmgym.cli import train as train_cli
+    from lmgym.cli.errors import RunError
+
+    made = []
+
+    def make_envs(spec, n, tokenizer):
+        made.append(n)
+        if len(made) == 2:
+            raise RuntimeError("stop here")
+        return gym.vector.SyncVectorEnv([lambda: gym.make("lmgym/Echo-v0", tokenizer=tokenizer)] * n)
+
+    monkeypatch.setattr(train_cli, "make_envs", make_envs)
+    argv = ["train", "lmgym/Echo-v0", "--num-envs", "4", "--warmstart-steps", "0", "--out", str(tmp_path / "run")]
+    with pytest.raises(RunError, match="stop here"):
+        train_cli.train(build_parser().parse_args(argv))
+    assert made == [4, 4]
+
+
 # ------------------------------------------------------------------------------- the CLI
 def run_cli(*args):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}

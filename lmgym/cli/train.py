@@ -76,7 +76,12 @@ def add_parser(sub: Any) -> None:
         metavar="P",
         help="stop once held-out greedy success (checked every --eval-every updates, and before training) reaches P",
     )
-    p.add_argument("--num-envs", type=int, default=32, help="envs played in parallel (default: 32)")
+    p.add_argument(
+        "--num-envs",
+        type=int,
+        default=32,
+        help="envs played in parallel, in training and in its evaluations (default: 32)",
+    )
     p.add_argument("--out", default="runs/train", help="output directory (default: runs/train)")
     p.add_argument("--eval-episodes", type=int, default=200, help="held-out episodes for before/after")
     p.add_argument("--eval-every", type=int, default=10, help="greedy evaluation every N updates (0: off)")
@@ -184,7 +189,7 @@ def run(spec: RunSpec, built: dict[str, Any], started: float) -> None:
     print(format_memory(agent.memory_estimate()))
     spec = with_reply_budget(spec, recipe, agent)
     envs = built["envs"] = make_envs(spec, run_envs_count(spec), agent.tokenizer)
-    eval_envs = make_envs(spec, eval_envs_count(50, spec.eval_episodes, spec.samples), agent.tokenizer)
+    eval_envs = make_envs(spec, eval_envs_count(spec.num_envs, spec.eval_episodes, spec.samples), agent.tokenizer)
     if spec.doctor:
         checkup(spec, agent, envs)
     if spec.resume is not None:
