@@ -187,7 +187,26 @@ def test_scienceworld_contract_and_rewards():
     command = "move book (the foundations of the origin of species) to " + "yellow " * 12 + "box"  # gold: 141
     action = np.array(long.unwrapped.tokenizer.encode(command + "\n"))
     assert long.action_space.contains(action) and long.step(action)[4]["command"] == command  # reaches it whole
+    jvm = long.unwrapped.sw._gateway.java_process.pid  # the env's JVM got the heap cap, this process did not
+    assert "JAVA_TOOL_OPTIONS=-Xmx512m" in Path(f"/proc/{jvm}/environ").read_bytes().decode(errors="replace")
+    assert "-Xmx" not in os.environ.get("JAVA_TOOL_OPTIONS", "")
     long.close()
+
+
+def test_heap_limit_sets_the_jvm_heap_unless_the_user_did(monkeypatch):
+    from lmgym.compat.worlds import heap_limit
+
+    monkeypatch.delenv("JAVA_TOOL_OPTIONS", raising=False)
+    with heap_limit("1g"):
+        assert os.environ["JAVA_TOOL_OPTIONS"] == "-Xmx1g"
+    assert "JAVA_TOOL_OPTIONS" not in os.environ
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Dfile.encoding=UTF-8")
+    with heap_limit("1g"):
+        assert os.environ["JAVA_TOOL_OPTIONS"] == "-Dfile.encoding=UTF-8 -Xmx1g"
+    assert os.environ["JAVA_TOOL_OPTIONS"] == "-Dfile.encoding=UTF-8"
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Xmx4g")
+    with heap_limit("1g"), heap_limit(None):
+        assert os.environ["JAVA_TOOL_OPTIONS"] == "-Xmx4g"  # the user's own heap wins
 
 
 def test_a_library_failure_is_one_line(cache, monkeypatch):

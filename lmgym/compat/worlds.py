@@ -11,8 +11,11 @@ Both libraries run the game in a JVM (``pip install 'lmgym[textworld]'`` for Tex
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from lmgym.compat import LibraryError, check_name, named_errors, require
@@ -268,6 +271,29 @@ def sorted_lists(text: str) -> str:
     return "\n".join(out)
 
 
+JVM_OPTIONS = threading.Lock()
+
+
+@contextlib.contextmanager
+def heap_limit(limit: str | None) -> Iterator[None]:
+    """A JVM started inside gets ``-Xmx{limit}`` through ``JAVA_TOOL_OPTIONS``, unless ``limit``
+    is None or the user's own ``JAVA_TOOL_OPTIONS`` sets a heap. Java's default (a quarter of
+    the machine's memory, each) let 16 ScienceWorld JVMs grow to 2.6 GB apiece."""
+    own = os.environ.get("JAVA_TOOL_OPTIONS")
+    if limit is None or "-Xmx" in (own or ""):
+        yield
+        return
+    with JVM_OPTIONS:
+        os.environ["JAVA_TOOL_OPTIONS"] = f"{own or ''} -Xmx{limit}".strip()
+        try:
+            yield
+        finally:
+            if own is None:
+                del os.environ["JAVA_TOOL_OPTIONS"]
+            else:
+                os.environ["JAVA_TOOL_OPTIONS"] = own
+
+
 class ScienceWorldEnv(WorldEnv):
     """A ScienceWorld task (30 multi-step science tasks: boil, grow-plant, test-conductivity, ...).
 
@@ -296,7 +322,8 @@ class ScienceWorldEnv(WorldEnv):
 
     ## Arguments
     ``gym.make("lmgym/ScienceWorld-v0", task="find-living-thing", split="train",
-    simplification="easy", admissible=False, tokenizer=None)``.
+    simplification="easy", admissible=False, java_heap="512m", tokenizer=None)``; ``java_heap``
+    caps the env's JVM heap (``-Xmx``; ``None``: Java's default, a quarter of the machine's memory).
 
     ## Version History
     - v0: first version.
@@ -313,6 +340,7 @@ class ScienceWorldEnv(WorldEnv):
         split: str = "train",
         simplification: str = "easy",
         admissible: bool = False,
+        java_heap: str | None = "512m",
         **kwargs: Any,
     ):
         super().__init__(admissible, **kwargs)
@@ -322,7 +350,7 @@ class ScienceWorldEnv(WorldEnv):
         check_name("ScienceWorld task", task, science_tasks(), "scienceworld")
         self.what = f"ScienceWorld task {task!r}"
         require_java(self.what)
-        with named_errors(self.what):
+        with named_errors(self.what), heap_limit(java_heap):
             self.sw = module.ScienceWorldEnv("", envStepLimit=10**6)
             self.sw.load(task, 0, simplification, generateGoldPath=True)
             self.variations = list(getattr(self.sw, f"get_variations_{split}")())
