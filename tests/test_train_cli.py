@@ -86,6 +86,7 @@ def test_train_writes_every_output(smoke_run):
         "eval/success",
     } <= set(rows[0])
     assert len(rows) == 3  # the evaluation before training, then two updates
+    assert float(rows[0]["eval/return"]) == pytest.approx(summary["before"]["mean_return"])
     assert list(out.glob("tensorboard/**/events.out.tfevents*"))
     from PIL import Image
 

@@ -310,11 +310,13 @@ def no_signal(batch: Trajectories, grouped: bool) -> str | None:
 
 
 def eval_metrics(stats: dict[str, Any]) -> dict[str, float]:
-    """An evaluation as ``eval/`` metrics: success, tool-call rate and the error mix."""
+    """An evaluation as ``eval/`` metrics: success, mean return (a text world's score), tool-call
+    rate and the error mix."""
     return {
         "eval/success": stats["success"],
         "eval/success_low": stats["success_ci"][0],
         "eval/success_high": stats["success_ci"][1],
+        **({"eval/return": stats["mean_return"]} if "mean_return" in stats else {}),
         "eval/tool_rate": stats["tool_rate"],
         **{f"eval/error/{kind}": share for kind, share in stats.get("errors", {}).items() if kind != "correct"},
     }
