@@ -210,10 +210,15 @@ def test_default_model_on_long_episodes_plays_with_its_demonstrations_budgets():
 
     from lmgym.cli.session import default_budgets
     from lmgym.cli.spec import RunSpec
+    from lmgym.cli.train import run_config
 
     gym.register("lmgym-test/LongEcho-v0", entry_point="lmgym.envs.echo:EchoEnv", max_episode_steps=60)
     sized = default_budgets(RunSpec("train", "lmgym-test/LongEcho-v0"))
     assert sized.env_kwargs == {"max_episode_steps": 2}  # Echo's oracle answers in 1 turn; 8 tokens a turn stay
+    config = run_config(sized)  # 16 episodes an optimizer step, 4 at a time (a text world's are long)
+    assert (config.mini_batch_size, config.gradient_accumulation_steps, config.model.forward_batch_size) == (4, 4, 4)
+    flagged = default_budgets(RunSpec("train", "lmgym-test/LongEcho-v0", settings={("mini_batch_size",): 8}))
+    assert (run_config(flagged).mini_batch_size, run_config(flagged).gradient_accumulation_steps) == (8, 1)
     given = RunSpec("train", "lmgym-test/LongEcho-v0", env_kwargs={"max_episode_steps": 5})
     assert default_budgets(given).env_kwargs == {"max_episode_steps": 5}
-    assert default_budgets(RunSpec("train", "lmgym/Calculator-v0")).env_kwargs == {}
+    assert default_budgets(RunSpec("train", "lmgym/Calculator-v0")) == RunSpec("train", "lmgym/Calculator-v0")

@@ -153,25 +153,43 @@ LONG_EPISODE_TURNS = 50
 (``default_budgets``): the text worlds (50-100 turns), TextArena's and GEM's games (200)."""
 
 
+LONG_EPISODE_BATCHES: dict[tuple[str, ...], int] = {
+    ("mini_batch_size",): 4,
+    ("gradient_accumulation_steps",): 4,
+    ("model", "forward_batch_size"): 4,
+}
+"""The default model's batches on an env of long episodes: the same 16 episodes an optimizer step,
+4 at a time (a ``tw-simple`` update took 11 GB at 16, and 32 when scoring; 3.2 GB this way)."""
+
+
 def default_budgets(spec: RunSpec) -> RunSpec:
     """The default model on an env of long episodes (a turn limit of ``LONG_EPISODE_TURNS`` or
     more): the turn and token budgets the env's oracle needs (``defaults.action_budget`` in the
-    byte tokenizer's tokens), each where it is less than the env's and not set by ``--env-arg``.
-    A text world's default run then stops its untrained model's noise at twice the oracle's
-    longest command and most turns (``tw-simple``: 88 tokens and 24 turns, not 128 and 50)."""
+    byte tokenizer's tokens), each where it is less than the env's and not set by ``--env-arg``,
+    and ``LONG_EPISODE_BATCHES`` unless a flag sets one of them. A text world's default run then
+    stops its untrained model's noise at twice the oracle's longest command and most turns
+    (``tw-simple``: 88 tokens and 24 turns, not 128 and 50)."""
     import gymnasium as gym
 
+    limit = spec.env_kwargs.get("max_episode_steps", getattr(gym.spec(spec.env_id), "max_episode_steps", None))
+    if limit is None or limit < LONG_EPISODE_TURNS:
+        return spec
+    if not set(LONG_EPISODE_BATCHES) & set(spec.settings):
+        print("4 episodes a pass, 16 an optimizer step (an env of long episodes; --mini-batch-size etc. to choose)")
+        spec = dataclasses.replace(spec, settings={**spec.settings, **LONG_EPISODE_BATCHES})
+    sized = {} if {"max_action_tokens", "max_episode_steps"} <= set(spec.env_kwargs) else oracle_budgets(spec, limit)
+    if sized:
+        print(f"budgets from the demonstrations (an env of long episodes): {sized} (--env-arg KEY=VALUE to choose)")
+    return dataclasses.replace(spec, env_kwargs={**spec.env_kwargs, **sized})
+
+
+def oracle_budgets(spec: RunSpec, limit: int) -> dict[str, int]:
+    """The turn budget and turn limit the env's oracle needs, each where it is less than the env's
+    (``limit`` turns) and not set by ``--env-arg``."""
     from lmgym.agents.defaults import action_budget
     from lmgym.agents.warmstart import env_special_tokens
     from lmgym.tokenizers import ByteTokenizer
 
-    limit = spec.env_kwargs.get("max_episode_steps", getattr(gym.spec(spec.env_id), "max_episode_steps", None))
-    if (
-        limit is None
-        or limit < LONG_EPISODE_TURNS
-        or {"max_action_tokens", "max_episode_steps"} <= set(spec.env_kwargs)
-    ):
-        return spec
     tokenizer = ByteTokenizer(env_special_tokens(spec.env_id, spec.env_kwargs))
     env = guarded_env(spec, tokenizer)
     try:
@@ -179,15 +197,13 @@ def default_budgets(spec: RunSpec) -> RunSpec:
     finally:
         env.close()
     if budget is None:
-        return spec
+        return {}
     given, sized = spec.env_kwargs, {}
     if budget[0] < tokens and "max_action_tokens" not in given:
         sized["max_action_tokens"] = budget[0]
     if budget[1] < limit and "max_episode_steps" not in given:
         sized["max_episode_steps"] = budget[1]
-    if sized:
-        print(f"budgets from the demonstrations (an env of long episodes): {sized} (--env-arg KEY=VALUE to choose)")
-    return dataclasses.replace(spec, env_kwargs={**spec.env_kwargs, **sized})
+    return sized
 
 
 CHECKED_TEMPLATES: set[str] = set()
