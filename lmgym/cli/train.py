@@ -77,10 +77,7 @@ def add_parser(sub: Any) -> None:
         help="stop once held-out greedy success (checked every --eval-every updates, and before training) reaches P",
     )
     p.add_argument(
-        "--num-envs",
-        type=int,
-        default=32,
-        help="envs played in parallel, in training and in its evaluations (default: 32)",
+        "--num-envs", type=int, default=32, help="envs played at once, training and evaluating (default: 32)"
     )
     p.add_argument("--out", default="runs/train", help="output directory (default: runs/train)")
     p.add_argument("--eval-episodes", type=int, default=200, help="held-out episodes for before/after")
