@@ -76,9 +76,7 @@ def add_parser(sub: Any) -> None:
         metavar="P",
         help="stop once held-out greedy success (checked every --eval-every updates, and before training) reaches P",
     )
-    p.add_argument(
-        "--num-envs", type=int, default=32, help="envs played at once, training and evaluating (default: 32)"
-    )
+    p.add_argument("--num-envs", type=int, default=32, help="envs at once, training and evaluating (default: 32)")
     p.add_argument("--out", default="runs/train", help="output directory (default: runs/train)")
     p.add_argument("--eval-episodes", type=int, default=200, help="held-out episodes for before/after")
     p.add_argument("--eval-every", type=int, default=10, help="greedy evaluation every N updates (0: off)")
