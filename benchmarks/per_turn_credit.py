@@ -37,9 +37,6 @@ WORLDS = {
 }
 """The worlds: TextWorld's simplest challenge (one quest of a few rooms, about 8 turns for the
 oracle), and a ScienceWorld task whose gold path is 7-16 turns (8 JVMs, one per env)."""
-SMALL_BATCHES = ["--forward-batch-size", "4", "--mini-batch-size", "4", "--gradient-accumulation-steps", "4"]
-"""The same 16 episodes an optimizer step, 4 at a time: a text world's episodes are thousands of
-tokens, and at 16 (32 when scoring) an update took 11 GB and two runs side by side ran out of memory."""
 VARIANTS = {
     "gae-turn": ["--estimator", "gae"],
     "gae-episode": ["--estimator", "gae", "--credit", "episode"],
@@ -68,7 +65,7 @@ def main() -> None:
     for world, variant in runs if not args.table else []:
         out = Path(args.out) / f"{world}-{variant}"
         cmd = [sys.executable, "-m", "lmgym.cli", "train", *WORLDS[world], *VARIANTS[variant], *model]
-        cmd += [*SMALL_BATCHES, "--episodes", str(args.episodes), "--out", str(out), "--overwrite", *extra]
+        cmd += ["--episodes", str(args.episodes), "--out", str(out), "--overwrite", *extra]
         print("$", " ".join(cmd[1:]), flush=True)
         subprocess.run(cmd, check=True)
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
