@@ -97,7 +97,7 @@ def run_lmgym(args: argparse.Namespace, path: str) -> dict[str, Any]:
     def make() -> gym.Env:
         return ChatTemplate(gym.make("lmgym/ReasoningGym-v0", tokenizer=agent.tokenizer, **env_kwargs(args)))
 
-    envs = ConcurrentVectorEnv([make] * args.group * 2, autoreset_mode=AutoresetMode.SAME_STEP)
+    envs = ConcurrentVectorEnv([make] * args.envs, autoreset_mode=AutoresetMode.SAME_STEP)
     seeds = iter(training_seeds(args))
     agent.rollout.next_seeds = lambda n: [next(seeds) for _ in range(n)]  # the items TRL trains on, in order
     start = time.perf_counter()
@@ -196,6 +196,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--completions", type=int, default=64, help="completions per step")
     parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--envs", type=int, default=64, help="lmgym's envs (64: a step in one batch, as TRL)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     from lmgym.agents.defaults import PURE_RL_CONFIG
 

@@ -233,3 +233,33 @@ def test_the_growing_cache_layer_holds_what_concatenation_would():
             for layer in (grown, plain):
                 layer.batch_select_indices(torch.tensor([2, 0]))
     assert grown.room[0].shape[-2] > grown.get_seq_length()  # room to grow into
+
+
+def test_lora_decodes_merged_and_gives_the_trained_forwards_logprobs():
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+    lora = peft.LoraConfig(r=4, target_modules=["c_attn", "c_fc"], fan_in_fan_out=True, init_lora_weights=False)
+    model = peft.get_peft_model(tiny_model(258, 256, n_layer=2, n_embd=32), lora)  # B != 0: LoRA changes the output
+    agent = PPOAgent(model, tokenizer=ByteTokenizer(), config=PPOConfig(learning_rate=1e-2, seed=0))
+    bases = [m.get_base_layer().weight for m in model.modules() if hasattr(m, "lora_A")]
+    before = [(w.data_ptr(), w.detach().clone()) for w in bases]
+
+    def collect_and_check():
+        batch = agent.collect(four_turn_env(), num_episodes=3, seeds=[0, 1, 2], score=False)
+        assert len(agent.rollout.engine.merged.weights) == len(bases) == 4  # it decoded merged
+        for e in batch:  # the engine's log-probs are the unmerged policy's, which the loss trains
+            with torch.no_grad():
+                logits, _ = agent.policy(e.tokens[None], torch.ones(1, e.length, dtype=torch.long))
+            mask = e.action_mask
+            torch.testing.assert_close(
+                e.logprobs[mask], token_logprobs(logits, e.tokens[None])[0][mask], atol=1e-5, rtol=0
+            )
+        for w, (ptr, value) in zip(bases, before):  # the base weights are back, as they were
+            assert w.data_ptr() == ptr and torch.equal(w, value)
+        return batch
+
+    first = collect_and_check()[0]
+    merged = agent.rollout.engine.merged.weights[0]
+    agent.step([first.tokens[:5]], [first.tokens[5:8]], [1.0])  # an optimizer step on the adapters
+    collect_and_check()
+    assert not torch.equal(agent.rollout.engine.merged.weights[0], merged)  # merged again from the new adapters

@@ -110,6 +110,11 @@ class EngineConfig:
     reuse_kv_cache: bool = True
     """Keep the HF engine's KV cache across the turns of an episode, so a turn prefills only the
     env's new tokens (``False``: prefill the whole history every turn; same tokens, slower)."""
+    merge_lora: bool = True
+    """Decode with a LoRA policy's adapters merged into a copy of their base weights (fp32 weights
+    only; ``lmgym.agents.engines.lora``): the HF engine decoded SmolLM2-135M's turns ~20% faster,
+    with the same log-probs within fp32 rounding, for one more copy of the adapted weights in
+    memory (``False``: decode through the adapters)."""
     engines: int = 0
     """Run this many copies of the engine in Ray actors, anywhere in a Ray cluster
     (``lmgym.agents.engines.RayEngine``, ``pip install 'lmgym[ray]'``; ``kwargs`` may hold
@@ -125,8 +130,9 @@ class EngineConfig:
 
     @property
     def arguments(self) -> dict[str, Any]:
-        """``make_engine``'s arguments: ``engines``, ``kwargs``, and ``reuse_kv_cache`` for the HF engine."""
-        own = {"reuse_cache": self.reuse_kv_cache} if self.name == "hf" else {}
+        """``make_engine``'s arguments: ``engines``, ``kwargs``, and ``reuse_kv_cache`` and
+        ``merge_lora`` for the HF engine."""
+        own = {"reuse_cache": self.reuse_kv_cache, "merge_lora": self.merge_lora} if self.name == "hf" else {}
         return {"engines": self.engines, **own, **self.kwargs}
 
 

@@ -47,7 +47,7 @@ def own_engine(engine: Engine) -> Engine:
     """An engine that generates from weights of its own while the policy trains: a copy of the
     policy for the HF engine (``SnapshotEngine``), the engine itself for the others."""
     if isinstance(engine, HFEngine) and not isinstance(engine, SnapshotEngine):
-        return SnapshotEngine(engine.policy, engine.reuse_cache)
+        return SnapshotEngine(engine.policy, engine.reuse_cache, engine.merge_lora)
     return engine
 
 

@@ -425,10 +425,12 @@ def as_vector_env(envs: gym.Env | VectorEnv) -> VectorEnv:
 
 
 def env_id_of(envs: gym.Env | VectorEnv) -> str | None:
-    """The registered id of an env or vector env, if it has one."""
-    spec = getattr(envs, "spec", None)
-    if spec is None and isinstance(envs, VectorEnv):
-        spec = _attr(envs, "spec", None)
+    """The registered id of an env or vector env, if it has one. Read from the unwrapped env where
+    it can be: a wrapper's ``spec`` deep-copies the spec, tokenizer and all, each time it is read."""
+    if isinstance(envs, gym.Env):
+        return getattr(envs.unwrapped.spec, "id", None)
+    subs = getattr(envs.unwrapped, "envs", None)  # SyncVectorEnv, ConcurrentVectorEnv: the first sub-env's
+    spec = envs.spec or (subs[0].unwrapped.spec if subs else _attr(envs, "spec", None))
     return getattr(spec, "id", None)
 
 

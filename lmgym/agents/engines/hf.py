@@ -23,6 +23,7 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from lmgym.agents.engines.base import EnginePolicy, Generation
+from lmgym.agents.engines.lora import MergedLoRA
 from lmgym.agents.engines.sampling import sample
 from lmgym.agents.generation import StopOnStrings, cut_action
 from lmgym.core import ends_turn
@@ -38,12 +39,16 @@ class HFEngine:
         policy: the policy (LM and value head) that generates.
         reuse_cache: keep the KV cache across calls (``PPOConfig.engine.reuse_kv_cache``);
             ``False`` prefills every context from scratch (the reference path, same results).
+        merge_lora: decode with the LoRA adapters merged into a copy of their base weights where
+            they can be (``PPOConfig.engine.merge_lora``, ``lmgym.agents.engines.lora``): faster,
+            the same log-probs within fp32 rounding, one more copy of the adapted weights.
     """
 
     exact = True
 
-    def __init__(self, policy: EnginePolicy, reuse_cache: bool = True):
-        self.policy, self.reuse_cache = policy, reuse_cache
+    def __init__(self, policy: EnginePolicy, reuse_cache: bool = True, merge_lora: bool = True):
+        self.policy, self.reuse_cache, self.merge_lora = policy, reuse_cache, merge_lora
+        self.merged = MergedLoRA()
         self.reset()
 
     # ------------------------------------------------------------------------ the per-row API
@@ -114,7 +119,8 @@ class HFEngine:
     @contextlib.contextmanager
     def decoding(self) -> Iterator[None]:
         """The policy in eval mode, without gradients, for a decode loop (an FSDP2 policy's own
-        parameters gathered: the loop calls its LM and value head directly)."""
+        parameters gathered: the loop calls its LM and value head directly), its LoRA adapters
+        merged where they can be (``lmgym.agents.engines.lora``)."""
         model, module = self.policy.model, self.policy.module
         was_training = model.training
         model.eval()
@@ -122,7 +128,7 @@ class HFEngine:
         if sharded:
             module.unshard()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), self.merged(model) if self.merge_lora and not sharded else contextlib.nullcontext():
                 yield
         finally:
             if sharded:
@@ -227,12 +233,12 @@ class SnapshotEngine(HFEngine):
     """The HF engine on a copy of the policy: it generates while the trainer updates the policy
     itself (``PPOConfig.rollout.overlap_update``); ``sync_weights`` copies the weights over."""
 
-    def __init__(self, policy: EnginePolicy, reuse_cache: bool = True):
+    def __init__(self, policy: EnginePolicy, reuse_cache: bool = True, merge_lora: bool = True):
         import copy
         import dataclasses
 
         self.source = policy.module
-        super().__init__(dataclasses.replace(policy, module=copy.deepcopy(policy.module)), reuse_cache)
+        super().__init__(dataclasses.replace(policy, module=copy.deepcopy(policy.module)), reuse_cache, merge_lora)
 
     def sync_weights(self) -> None:
         with torch.no_grad():
