@@ -92,6 +92,7 @@ def run_lmgym(args: argparse.Namespace, path: str) -> dict[str, Any]:
     config["rollout"] = {"generation_kwargs": {"temperature": args.temperature}}
     config.update(episodes_per_update=args.completions, model={"peft_config": {"r": args.lora_r}})
     config.update({"estimator": args.estimator} if args.estimator else {})
+    config.update({"share_prefix": True} if args.share_prefix else {})
     agent = PPOAgent(path, config=PPOConfig(**config))
 
     def make() -> gym.Env:
@@ -206,6 +207,7 @@ def main() -> None:
     )
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--estimator", default=None, help="lmgym's (default: the pure-RL recipe's)")
+    parser.add_argument("--share-prefix", action="store_true", help="lmgym's PPOConfig.share_prefix")
     parser.add_argument("--eval", type=int, default=200, help="held-out items")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reps", type=int, default=1)

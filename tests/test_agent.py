@@ -468,3 +468,62 @@ def test_target_kl_stops_the_update_once_the_policy_has_moved_past_it():
     assert steps == {None: (8, None), 1e-6: (1, 1.0)}
     with pytest.raises(ValueError, match="target_kl must be positive"):
         PPOConfig(target_kl=0.0)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_shared_prefix_runs_once_with_the_same_logits_values_and_gradients(family, tmp_path):
+    import transformers
+    from helpers import build_chat_model
+
+    from lmgym.agents.policy import PolicyWithValue, shared_prefix_hidden
+    from lmgym.agents.trajectories import pad_batch
+
+    torch.manual_seed(0)
+    if family == "gpt2":
+        model = tiny_model(258, 256, n_layer=2, n_embd=32)
+    else:
+        build_chat_model("llama", tmp_path)
+        model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+    policy = PolicyWithValue(model).eval()  # no dropout: both forwards see the same function
+    torch.nn.init.normal_(policy.value_head.weight)
+    prompt = torch.randint(0, 250, (20,))
+    rows = [torch.cat([prompt, torch.randint(0, 250, (n,))]) for n in (5, 9, 3)]  # one group, replies of 3-9
+    tokens, attention = pad_batch(rows, 0)
+    actions = attention.bool() & (torch.arange(tokens.shape[1]) >= 20)
+    outputs = []
+    for share in (False, True):
+        policy.zero_grad()
+        logits, values = policy(tokens, attention, actions, share_prefix=share)
+        (logits.logsumexp(-1).sum() + values[actions].sum()).backward()
+        grads = [p.grad.clone() for p in policy.parameters() if p.grad is not None]
+        outputs.append((logits.detach(), values[attention.bool()].detach(), grads))
+    (plain_logits, plain_values, plain_grads), (logits, values, grads) = outputs
+    torch.testing.assert_close(logits, plain_logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(values, plain_values, atol=1e-4, rtol=1e-4)
+    assert len(grads) == len(plain_grads) > 10
+    for g, g0 in zip(grads, plain_grads):
+        torch.testing.assert_close(g, g0, atol=1e-4, rtol=1e-3)
+    assert shared_prefix_hidden(model, tokens, attention, actions) is not None  # it did share
+    other = tokens.clone()
+    other[1, 3] += 1  # rows that part at token 3 share too little: the plain forward
+    assert shared_prefix_hidden(model, other, attention, actions) is None
+
+
+def test_an_update_with_a_shared_prefix_trains_the_same_weights():
+    import copy
+
+    config = dict(estimator="rloo", group_size=4, episodes_per_update=4, mini_batch_size=4, n_epochs=2)
+    plain, shared = byte_agent(**config), byte_agent(**config, share_prefix=True)
+    for agent in (plain, shared):
+        agent.policy.eval()  # the tiny GPT-2's dropout off: both updates see the same function
+        agent.policy.train = lambda mode=True, p=agent.policy: p  # and update() leaves it off
+    batch = plain.collect(gym.make_vec("lmgym/Calculator-v0", num_envs=4), 4)  # one group: one prompt
+    assert len({tuple(e.tokens[:16].tolist()) for e in batch}) == 1
+    for i, e in enumerate(batch):
+        e.rewards = [0.0] * (len(e.rewards) - 1) + [float(i % 2)]  # a spread: advantages that are not 0
+    for agent in (plain, shared):
+        agent.update(copy.deepcopy(batch))
+    for (name, p), q in zip(plain.policy.named_parameters(), shared.policy.parameters()):
+        torch.testing.assert_close(q, p, atol=1e-5, rtol=1e-4, msg=name)
+    moved = [not torch.equal(p, p0) for p, p0 in zip(plain.policy.parameters(), byte_agent().policy.parameters())]
+    assert any(moved)  # the update did train something

@@ -239,6 +239,13 @@ class PPOConfig:
     """Episodes ``learn`` collects before each update."""
     mini_batch_size: int = 16
     """Episodes per minibatch in the PPO epochs."""
+    share_prefix: bool = False
+    """Make each minibatch of whole groups (the groups shuffled, a group's episodes together) and
+    run the tokens its episodes share (a group's prompt) through the model once, not once per
+    episode (``lmgym.agents.policy.shared_prefix_hidden``): the same loss and gradients within
+    fp32 rounding, less compute where a prompt is long beside its replies. Without gradient
+    checkpointing (it keeps no cache in training); with ``mini_batch_size`` a multiple of
+    ``group_size``, a minibatch is whole groups."""
     gradient_accumulation_steps: int = 1
     """Minibatches accumulated (by accelerate) before an optimizer step."""
 

@@ -7,7 +7,7 @@ model's: on SmolLM2-135M-Instruct (LoRA r=16 on every Linear, 64 rows, 1 CPU thr
 
 ``MergedLoRA`` does it without touching what is trained: inside ``with merged(model):`` each
 adapted layer's weight *tensor* is swapped for ``W + s * B @ A`` and the adapters are off; on
-exit the original tensors are swapped back (the same objects: nothing is added to them and
+exit the original tensors are swapped back and the adapters are on again (the same objects: nothing is added to them and
 subtracted again, so nothing drifts). The merged weights are kept, with a copy of the adapters
 they were merged from, and merged again when the adapters differ from it (compared whole at
 each ``with``, a few milliseconds): one copy of the adapted weights in memory.
@@ -58,20 +58,19 @@ class MergedLoRA:
             self.adapters = [(a.detach().clone(), b.detach().clone(), s) for a, b, s in adapters]
         bases = [layer.get_base_layer() for layer in layers]
         originals = [base.weight.data for base in bases]
-        with model.disable_adapter():
-            for base, merged in zip(bases, self.weights):
-                base.weight.data = merged
-            try:
-                yield
-            finally:
-                for base, original in zip(bases, originals):
-                    base.weight.data = original
+        for layer, base, merged in zip(layers, bases, self.weights):  # the adapters off, nothing else
+            layer._disable_adapters, base.weight.data = True, merged  # (peft's own switch toggles requires_grad)
+        try:
+            yield
+        finally:
+            for layer, base, original in zip(layers, bases, originals):
+                layer._disable_adapters, base.weight.data = False, original
 
 
 def mergeable_layers(model: Any) -> list[Any]:
     """``model``'s LoRA layers when all of them can be merged for decoding (one active adapter,
-    the same in every layer, plain LoRA on the fp32 weights of an ``nn.Linear`` or a GPT-2
-    ``Conv1D``, adapters enabled and not merged already), else ``[]``."""
+    the same in every layer, plain LoRA (no DoRA, variant or bias) on the fp32 weights of an
+    ``nn.Linear`` or a GPT-2 ``Conv1D``, adapters enabled and not merged already), else ``[]``."""
     from transformers.pytorch_utils import Conv1D
 
     try:
@@ -94,6 +93,9 @@ def mergeable_layers(model: Any) -> list[Any]:
             or len(active) != 1
             or active[0] not in layer.lora_A
             or layer.use_dora.get(active[0], False)
+            or getattr(layer, "lora_bias", {}).get(active[0], False)
+            or getattr(layer, "lora_variant", {}).get(active[0]) is not None
+            or not hasattr(layer, "_disable_adapters")
             or layer.merged
             or layer.disable_adapters
         ):
