@@ -9,7 +9,9 @@ tokens, learning rate (constant), LoRA rank, optimizer steps per batch of comple
 recipe's mini-batches), sampling temperature (the recipe's), one torch thread each, in
 subprocesses run one after the other (interleaved over ``--reps``). TRL runs
 ``GRPOTrainer`` with a peft ``LoraConfig``; lmgym runs ``lmgym train``'s pure-RL recipe in Python
-(its estimator, ``--estimator`` to choose another). Before and after, the same evaluation (lmgym's,
+(its estimator, ``--estimator`` to choose another; ``--share-prefix`` runs a group's prompt once
+in the update, ``PPOConfig.share_prefix``), over ``--envs`` envs (64: a step's completions
+generated in one batch, as TRL generates them). Before and after, the same evaluation (lmgym's,
 greedy, the same ``--eval`` held-out items, with 95% Wilson intervals) scores both models; the
 training's wall time and completions/s are timed around the training alone.
 
