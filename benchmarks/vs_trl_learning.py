@@ -9,8 +9,7 @@ tokens, learning rate (constant), LoRA rank, optimizer steps per batch of comple
 recipe's mini-batches), sampling temperature (the recipe's), one torch thread each, in
 subprocesses run one after the other (interleaved over ``--reps``). TRL runs
 ``GRPOTrainer`` with a peft ``LoraConfig``; lmgym runs ``lmgym train``'s pure-RL recipe in Python
-(its estimator, ``--estimator`` to choose another; ``--share-prefix`` runs a group's prompt once
-in the update, ``PPOConfig.share_prefix``), over ``--envs`` envs (64: a step's completions
+(its estimator, ``--estimator`` to choose another), over ``--envs`` envs (64: a step's completions
 generated in one batch, as TRL generates them). Before and after, the same evaluation (lmgym's,
 greedy, the same ``--eval`` held-out items, with 95% Wilson intervals) scores both models; the
 training's wall time and completions/s are timed around the training alone.
@@ -94,7 +93,6 @@ def run_lmgym(args: argparse.Namespace, path: str) -> dict[str, Any]:
     config["rollout"] = {"generation_kwargs": {"temperature": args.temperature}}
     config.update(episodes_per_update=args.completions, model={"peft_config": {"r": args.lora_r}})
     config.update({"estimator": args.estimator} if args.estimator else {})
-    config.update({"share_prefix": True} if args.share_prefix else {})
     agent = PPOAgent(path, config=PPOConfig(**config))
 
     def make() -> gym.Env:
@@ -209,7 +207,6 @@ def main() -> None:
     )
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--estimator", default=None, help="lmgym's (default: the pure-RL recipe's)")
-    parser.add_argument("--share-prefix", action="store_true", help="lmgym's PPOConfig.share_prefix")
     parser.add_argument("--eval", type=int, default=200, help="held-out items")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reps", type=int, default=1)

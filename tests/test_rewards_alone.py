@@ -166,20 +166,3 @@ def test_a_run_without_signal_says_so_and_stops_without_spending_its_budget(tmp_
     (stop,) = [x for x in result.stdout.splitlines() if x.startswith("stopped after ")]
     assert stop.startswith("stopped after 32 episodes: 3 batches in a row")  # the third is not trained on
     assert "--allow-no-signal" in stop
-
-
-def test_share_prefix_turns_the_recipes_gradient_checkpointing_off_and_a_config_that_asks_for_both_fails():
-    from lmgym.agents import PPOConfig
-    from lmgym.agents.defaults import PURE_RL_CONFIG, PURE_RL_MODEL, Recipe
-    from lmgym.cli import build_parser
-    from lmgym.cli.spec import RunSpec
-    from lmgym.cli.train import run_config
-
-    recipe = Recipe({**PURE_RL_CONFIG, "model": dict(PURE_RL_MODEL)}, 0, pure=True)
-    plain = run_config(RunSpec.from_args(build_parser().parse_args(["train"])), recipe)
-    assert plain.model.gradient_checkpointing and not plain.share_prefix
-    config = run_config(RunSpec.from_args(build_parser().parse_args(["train", "--share-prefix"])), recipe)
-    assert config.share_prefix and not config.model.gradient_checkpointing
-    assert config.model.forward_batch_size == PURE_RL_MODEL["forward_batch_size"]  # the rest of the recipe stays
-    with pytest.raises(ValueError, match="gradient checkpointing"):
-        PPOConfig(share_prefix=True, model={"gradient_checkpointing": True})

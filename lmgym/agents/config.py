@@ -239,14 +239,6 @@ class PPOConfig:
     """Episodes ``learn`` collects before each update."""
     mini_batch_size: int = 16
     """Episodes per minibatch in the PPO epochs."""
-    share_prefix: bool = False
-    """Make each minibatch of whole groups (the groups shuffled, a group's episodes together) and
-    run the tokens its episodes share (a group's prompt) through the model once, not once per
-    episode (``lmgym.agents.policy.shared_prefix_hidden``): the same loss and gradients within
-    fp32 rounding, less compute where a prompt is long beside its replies. Not with gradient
-    checkpointing (it keeps no cache in training: an error); with ``mini_batch_size`` a multiple
-    of ``group_size``, a minibatch is whole groups, and it shares only where all its episodes
-    do (one group, or a long system prompt)."""
     gradient_accumulation_steps: int = 1
     """Minibatches accumulated (by accelerate) before an optimizer step."""
 
@@ -322,11 +314,6 @@ class PPOConfig:
         for name in ("episodes_per_update", "mini_batch_size", "n_epochs", "gradient_accumulation_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.share_prefix and self.model.gradient_checkpointing:
-            raise ValueError(
-                "share_prefix runs a shared prompt once through the KV cache, which gradient checkpointing "
-                "turns off in training: set model.gradient_checkpointing=False (--gradient-checkpointing false)"
-            )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values, the groups as dicts (``from_dict`` reads it back)."""

@@ -3,7 +3,7 @@ has given the log-probs, values and entropy of a minibatch. Pure functions, no m
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
@@ -96,22 +96,10 @@ def approx_kl(ratio: torch.Tensor, log_ratio: torch.Tensor, mask: torch.Tensor) 
     return masked_mean((ratio - 1) - log_ratio, mask)
 
 
-def minibatch_rows(n: int, size: int, epochs: int, groups: Sequence[int] | None = None) -> Iterator[torch.Tensor]:
-    """The rows of each mini-batch of an update: ``epochs`` shuffles of ``n`` rows, ``size`` at a
-    time; with ``groups`` (each row's), shuffles of the groups, each group's rows together.
-
-    Example:
-        >>> rows = [sorted(r.tolist()) for r in minibatch_rows(4, 2, 1, groups=[0, 1, 0, 1])]
-        >>> rows in ([[0, 2], [1, 3]], [[1, 3], [0, 2]])
-        True
-    """
+def minibatch_rows(n: int, size: int, epochs: int) -> Iterator[torch.Tensor]:
+    """The rows of each mini-batch of an update: ``epochs`` shuffles of ``n`` rows, ``size`` at a time."""
     for _ in range(epochs):
-        if groups is None:
-            order = torch.randperm(n)
-        else:
-            ids = torch.tensor(list(groups))
-            unique = ids.unique()
-            order = torch.cat([(ids == g).nonzero().flatten() for g in unique[torch.randperm(len(unique))]])
+        order = torch.randperm(n)
         yield from (order[lo : lo + size] for lo in range(0, n, size))
 
 

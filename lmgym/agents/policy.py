@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -26,25 +26,13 @@ class PolicyWithValue(nn.Module):
         self.head_on_hidden = head_on_hidden(model)
 
     def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        action_mask: torch.Tensor | None = None,
-        share_prefix: bool = False,
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, action_mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits (B, T, V) and values (B, T); with ``action_mask`` (B, T), only the logits that
         predict an action token, (N, V) in row-major order (``predicting(action_mask)``): the
         output embeddings run on those positions' hidden states alone, where the model's logits
-        are exactly that (``head_on_hidden``), saving the (B, T, V) tensor of a large vocabulary.
-        ``share_prefix``: the rows' common prefix runs once (``shared_prefix_hidden``)."""
-        hidden = None
-        if share_prefix and action_mask is not None and self.head_on_hidden:
-            hidden = shared_prefix_hidden(self.model, input_ids, attention_mask, action_mask)
-        if hidden is None:
-            logits, hidden = action_logits(self.model, input_ids, attention_mask, action_mask, self.head_on_hidden)
-        else:
-            head = cast(Any, self.model).get_output_embeddings()
-            logits = head(hidden[predicting(cast(torch.Tensor, action_mask))])
+        are exactly that (``head_on_hidden``), saving the (B, T, V) tensor of a large vocabulary."""
+        logits, hidden = action_logits(self.model, input_ids, attention_mask, action_mask, self.head_on_hidden)
         return logits, self.value_head(hidden.float()).squeeze(-1)  # (B, T) values
 
 
@@ -73,50 +61,6 @@ def action_logits(
         head: Any = model.get_output_embeddings()  # type: ignore[operator]
         return head(hidden[where]), hidden
     return out.logits[where], hidden
-
-
-MIN_SHARED_PREFIX = 16
-"""Tokens rows must share before ``shared_prefix_hidden`` runs them once."""
-
-
-def shared_prefix_hidden(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, action_mask: torch.Tensor
-) -> torch.Tensor | None:
-    """The last hidden state (B, T, H) of right-padded rows that begin with the same tokens (a
-    group's prompt), the common prefix run once: its keys and values, expanded to every row, are
-    the cache the rest of each row runs on, and gradients flow through both. The same values
-    as one forward over the rows, within fp32 rounding. ``None`` where it does not apply: fewer
-    than ``MIN_SHARED_PREFIX`` shared tokens before the first action token, one row, gradient
-    checkpointing (no cache in training), or a cache layer other than a plain ``DynamicLayer``."""
-    from transformers.cache_utils import DynamicLayer
-
-    from lmgym.agents.engines.hf import cache_argument
-
-    B, T = input_ids.shape
-    first_action = int(action_mask.float().argmax(-1).min()) if action_mask.any() else T
-    same = (input_ids == input_ids[:1]).all(0).long().cumprod(0).sum()  # leading columns all rows share
-    P = min(int(same), first_action)
-    checkpointing = getattr(model, "is_activation_checkpointing", None)  # transformers' newer name
-    if checkpointing is None:
-        checkpointing = getattr(model, "is_gradient_checkpointing", False)
-    if B < 2 or P < MIN_SHARED_PREFIX or checkpointing:
-        return None
-    head = model(input_ids=input_ids[:1, :P], use_cache=True, output_hidden_states=True, logits_to_keep=1)
-    cache = head.past_key_values
-    if cache is None or any(type(layer) is not DynamicLayer for layer in getattr(cache, "layers", [None])):
-        return None
-    for layer in cache.layers:
-        layer.keys, layer.values = layer.keys.expand(B, -1, -1, -1), layer.values.expand(B, -1, -1, -1)
-    rest = model(
-        input_ids=input_ids[:, P:],
-        attention_mask=attention_mask,
-        position_ids=torch.arange(P, T, device=input_ids.device).expand(B, -1),
-        **{cache_argument(model): cache},
-        use_cache=True,
-        output_hidden_states=True,
-        logits_to_keep=1,
-    )
-    return torch.cat([head.hidden_states[-1].expand(B, -1, -1), rest.hidden_states[-1]], dim=1)
 
 
 def head_on_hidden(model: nn.Module) -> bool:

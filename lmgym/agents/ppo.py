@@ -210,8 +210,9 @@ class PPOAgent:
 
     # -------------------------------------------------------------------------------- update
     def update(self, batch: Trajectories) -> dict[str, float]:
-        """One PPO update on a batch of episodes: batch in, metrics (a ``/``-namespaced dict) out. The engine is not
-        synced here: ``learn`` syncs it after each update (``sync_engine``), ``collect`` when it is behind."""
+        """One PPO update on a batch of episodes: batch in, metrics (a ``/``-namespaced dict) out.
+        The engine is not synced here: ``learn`` does it after each update (``sync_engine``), and
+        ``collect`` does when the engine is behind."""
         if len(batch) == 0:
             raise ValueError("update needs at least one episode")
         cfg, start, device = self.config, time.perf_counter(), self.accelerator.device
@@ -223,11 +224,10 @@ class PPOAgent:
             e.advantages = adv  # kept for the viewer (lmgym view)
         padded = loss_inputs(batch, targets, cfg.tis_cap, device)  # (N, T) each, once
         lengths = torch.tensor([e.length for e in batch])
-        groups = [e.group for e in batch] if cfg.share_prefix else None  # minibatches of whole groups
         stats: dict[str, list[float]] = {}
         self.policy.train()
         stopped = False
-        for rows in ppo_loss.minibatch_rows(len(batch), cfg.mini_batch_size, cfg.n_epochs, groups):
+        for rows in ppo_loss.minibatch_rows(len(batch), cfg.mini_batch_size, cfg.n_epochs):
             minibatch = padded.rows(rows.to(device), int(lengths[rows].max()))
             with self.accelerator.accumulate(self.policy):
                 loss, mb_stats = self.loss(minibatch)
@@ -280,7 +280,7 @@ class PPOAgent:
         ``lmgym.agents.loss`` (the clipped surrogate, the value loss, the entropy, a k3 KL term);
         token-level means over the action tokens."""
         cfg, mask = self.config, mb.action_mask
-        logits, values = self.policy(mb.tokens, mb.attention_mask, mask, cfg.share_prefix)  # (N, V): action tokens
+        logits, values = self.policy(mb.tokens, mb.attention_mask, mask)  # (N, V): action tokens only
         logp_all, logprobs = action_logprobs(logits, mb.tokens, mask, cfg.rollout.temperature)  # (N, V), (B, T)
         values = state_values(values)  # (B, T)
         pg_loss, ratio, log_ratio = ppo_loss.clipped_policy_loss(

@@ -232,8 +232,6 @@ def run_config(spec: RunSpec, recipe: Recipe | None = None) -> PPOConfig:
     if spec.generation_kwargs is not None:  # on top of the recipe's (its temperature stays unless given)
         recipe_kwargs = base.get("rollout", {}).get("generation_kwargs", {})
         chosen[("rollout", "generation_kwargs")] = {**recipe_kwargs, **spec.generation_kwargs}
-    if chosen.get(("share_prefix",)) and ("model", "gradient_checkpointing") not in chosen:
-        chosen[("model", "gradient_checkpointing")] = False  # the recipe's: it would keep no cache to share
     given = nested(chosen)
     for group in ("rollout", "engine", "model", "run"):  # a group the recipe set and the flags set both
         if isinstance(base.get(group), dict) and group in given:
