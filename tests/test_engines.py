@@ -263,3 +263,7 @@ def test_lora_decodes_merged_and_gives_the_trained_forwards_logprobs():
     agent.step([first.tokens[:5]], [first.tokens[5:8]], [1.0])  # an optimizer step on the adapters
     collect_and_check()
     assert not torch.equal(agent.rollout.engine.merged.weights[0], merged)  # merged again from the new adapters
+    config = PPOConfig(seed=0, engine={"merge_lora": False})  # off: it decodes through the adapters
+    unmerged = PPOAgent(model, tokenizer=ByteTokenizer(), config=config)
+    unmerged.collect(four_turn_env(), num_episodes=1, seeds=[0], score=False)
+    assert unmerged.rollout.engine.merged.weights == []
