@@ -65,7 +65,7 @@ def test_env_gap_is_zero_time_steps():
     mask = [False, True, True, False, False, False, True]
     values = [0, 0.1, 0.2, 0, 0, 0, 0.4]
     e = scored_episode(values, [0.0, 1.0], mask, turn_ends=[2, 6])
-    out = make_agent(gamma=1.0, gae_lambda=0.5).compute_advantages(Trajectories([e]))
+    out = make_agent(gamma=1.0, gae_lambda=0.5).derive(Trajectories([e]))
     # action steps: V = [0.1, 0.2, 0.4], r = [0, 0, 1], no steps for the env tokens.
     expected, _ = gae(torch.tensor([0.0, 0.0, 1.0]), torch.tensor([0.1, 0.2, 0.4]), 0.0, 1.0, 0.5)
     adv = out.advantages[0]
@@ -78,7 +78,7 @@ def test_env_gap_is_zero_time_steps():
 def test_truncated_episode_bootstraps_with_last_value():
     mask = [False, True, False]
     e = scored_episode([0, 0.25, 0], [0.0], mask, turn_ends=[1], truncated=True, bootstrap=0.75)
-    adv = make_agent(gamma=1.0, gae_lambda=1.0).compute_advantages(Trajectories([e])).advantages[0]
+    adv = make_agent(gamma=1.0, gae_lambda=1.0).derive(Trajectories([e])).advantages[0]
     assert adv[1].item() == pytest.approx(0.5)
 
 
@@ -97,7 +97,7 @@ def test_group_advantage_on_every_action_token():
     mask = [False, True, True, False, True]
     e1 = scored_episode([0] * 5, [0.0, 1.0], mask, [2, 4], group=0)
     e2 = scored_episode([0] * 5, [0.0, 0.0], mask, [2, 4], group=0)
-    adv = make_agent(estimator="rloo", group_size=2).compute_advantages(Trajectories([e1, e2])).advantages
+    adv = make_agent(estimator="rloo", group_size=2).derive(Trajectories([e1, e2])).advantages
     assert adv[0].tolist() == [0, 1, 1, 0, 1] and adv[1].tolist() == [0, -1, -1, 0, -1]
 
 
@@ -116,12 +116,12 @@ def test_kl_in_reward_or_in_loss():
     e.ref_logprobs = torch.tensor([0.0, -1.5, -1.0])
     in_reward = make_agent(kl_penalty="reward")
     in_reward.kl_controller.value = 0.1
-    rewards, kl = in_reward.compute_rewards(e)
-    assert kl.tolist() == pytest.approx([0.0, 0.5, -1.0])  # k1 = logp - ref_logp on action tokens
+    _, (rewards,), kl = in_reward.compute_rewards(Trajectories([e]))
+    assert kl.tolist() == pytest.approx([0.5 - 1.0])  # k1 = logp - ref_logp, summed over the action tokens
     assert rewards.tolist() == pytest.approx([0.0, -0.05, 1.0 + 0.1])
     in_loss = make_agent(kl_penalty="loss")
     in_loss.kl_controller.value = 0.1
-    rewards, _ = in_loss.compute_rewards(e)
+    _, (rewards,), _ = in_loss.compute_rewards(Trajectories([e]))
     assert rewards.tolist() == [0.0, 0.0, 1.0]  # the KL goes to the loss (k3) instead
     tok = ByteTokenizer()
     metrics = in_loss.step([torch.tensor(tok.encode("Q"))], [torch.tensor(tok.encode("ab"))], [1.0])

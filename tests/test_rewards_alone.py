@@ -15,9 +15,10 @@ from helpers import build_chat_model, tiny_model
 
 import lmgym  # noqa: F401
 from lmgym.agents import PPOAgent, PPOConfig
-from lmgym.agents.callbacks import NoSignal, RewardOnLastTurn, ShuffleRewards
+from lmgym.agents.callbacks import NoSignal
 from lmgym.agents.evaluation import evaluate
 from lmgym.agents.intervals import mean_interval, pass_at_k, wilson
+from lmgym.agents.rewards import trained_rewards
 from lmgym.agents.trajectories import Episode, Trajectories
 from lmgym.compat import installed
 from lmgym.tokenizers import ByteTokenizer
@@ -34,24 +35,31 @@ def episode(rewards, group=0):
 def test_the_shuffled_control_keeps_the_returns_and_breaks_the_pairing():
     batch = Trajectories([episode([float(i % 7 == 0)], group=i // 8) for i in range(64)])
     returns = [e.return_ for e in batch]
-    control = ShuffleRewards(seed=0)
     moved = 0
-    for _ in range(5):
-        before = [e.return_ for e in batch]
-        control.on_collect(None, batch)
-        after = [e.return_ for e in batch]
-        assert Counter(after) == Counter(returns)  # the same distribution
-        moved += sum(a != b for a, b in zip(before, after))
+    for update in range(5):
+        shuffled = [sum(r) for r in trained_rewards(batch.episodes, control="shuffle", seed=[0, update])]
+        assert Counter(shuffled) == Counter(returns)  # the same distribution
+        moved += sum(a != b for a, b in zip(shuffled, returns))
     assert moved > 20  # which episode earned it is lost
-    multi = Trajectories([episode([0.0, 0.5, 0.5]), episode([0.0, 0.0, 0.0])])
-    ShuffleRewards(seed=1).on_collect(None, multi)
-    assert sorted(e.return_ for e in multi) == [0.0, 1.0] and all(e.rewards[:2] == [0.0, 0.0] for e in multi)
+    assert [e.return_ for e in batch] == returns  # the episodes keep what the env gave
+    multi = [episode([0.0, 0.5, 0.5]), episode([0.0, 0.0, 0.0])]
+    shuffled = trained_rewards(multi, control="shuffle", seed=1)
+    assert sorted(sum(r) for r in shuffled) == [0.0, 1.0] and all(r[:2] == [0.0, 0.0] for r in shuffled)
 
 
 def test_credit_by_episode_moves_each_return_onto_its_last_turn():
-    batch = Trajectories([episode([0.0, 0.3, 0.0, 0.5]), episode([1.0]), episode([0.2, -0.2, 0.0])])
-    RewardOnLastTurn().on_collect(None, batch)
-    assert [e.rewards for e in batch] == [[0.0, 0.0, 0.0, 0.8], [1.0], [0.0, 0.0, 0.0]]
+    batch = [episode([0.0, 0.3, 0.0, 0.5]), episode([1.0]), episode([0.2, -0.2, 0.0])]
+    assert trained_rewards(batch, credit="episode") == [[0.0, 0.0, 0.0, 0.8], [1.0], [0.0, 0.0, 0.0]]
+    assert trained_rewards(batch, credit="turn") == [e.rewards for e in batch]
+
+
+def test_reward_transforms_are_config_fields_the_update_applies():
+    tok = ByteTokenizer()
+    agent = PPOAgent(tiny_model(tok.vocab_size, tok.eos_token_id), tokenizer=tok, config=PPOConfig(credit="episode"))
+    e = episode([0.5, 0.25])
+    e.logprobs = e.ref_logprobs = e.values = torch.zeros(e.length)
+    turns, (rewards,), _ = agent.compute_rewards(Trajectories([e]))
+    assert turns == [[0.0, 0.75]] and rewards.tolist() == [0.0, 0.0, 0.75] and e.rewards == [0.5, 0.25]
 
 
 def test_no_signal_says_so_once_and_stops_after_batches_in_a_row():
@@ -69,6 +77,25 @@ def test_no_signal_says_so_once_and_stops_after_batches_in_a_row():
     assert "3 batches in a row" in check.stopped and "returned 0" in check.stopped
     patient = NoSignal(patience=None, say=said.append)
     assert all(patient.on_collect(agent, flat) is None for _ in range(5)) and patient.stopped is None
+
+
+def test_no_signal_counts_successes_not_only_reward_variance():
+    agent = type("A", (), {"config": PPOConfig()})()
+    said = []
+    check = NoSignal(patience=2, say=said.append)
+
+    def answered(rewards, correct):
+        e = episode(rewards)
+        return Episode(e.tokens, e.action_mask, e.turn_ends, e.rewards, infos=[{"correct": c} for c in correct])
+
+    partial = Trajectories([answered([r], [False]) for r in (0.0, 0.03, 0.1, 0.0)])  # reasoning-gym's partial credit
+    progress = Trajectories([answered([r, 0.0], [False, False]) for r in (0.0, 0.5)])  # a text world's score
+    solved = Trajectories([answered([r], [r == 1.0]) for r in (0.0, 0.03, 1.0)])
+    assert check.on_collect(agent, partial) is None and "none of its 4 episodes succeeded" in said[0]
+    assert "answer_format" in said[0] and "--warmstart-steps" in said[0]
+    assert check.on_collect(agent, progress) is None and check.on_collect(agent, solved) is None
+    assert check.on_collect(agent, partial) is None and check.on_collect(agent, partial) is False
+    assert "partial credit" in check.stopped and len(said) == 1
 
 
 def test_intervals_and_pass_at_k_by_hand():

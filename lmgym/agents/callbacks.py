@@ -88,13 +88,9 @@ class RecordCallback(Callback):
         main = agent.accelerator.is_main_process
         self.recorder = EpisodeRecorder(log_dir, run.record_episodes, every, env_id_of(envs), main)
         self.envs, self.recorded = envs, -1
-        self.batch: Trajectories | None = None
         if agent.num_updates == 0:
             self.recorder.record(agent, envs, None, 0)  # before training: the held-out episodes
             self.recorded = 0
-
-    def on_collect(self, agent: Learner, batch: Trajectories) -> None:
-        self.batch = batch  # the batch the update trains on: recorded with what it did
 
     def on_update(self, agent: Learner, metrics: dict[str, float]) -> None:
         if self.recorder.due(agent.num_updates, last=False):
@@ -105,7 +101,7 @@ class RecordCallback(Callback):
             self.record(agent)
 
     def record(self, agent: Learner) -> None:
-        self.recorder.record(agent, self.envs, self.batch, agent.num_updates)
+        self.recorder.record(agent, self.envs, agent.last_update, agent.num_updates)  # with what it trained
         self.recorded = agent.num_updates
 
 
@@ -222,45 +218,11 @@ class StopAtSuccess(Callback):
         return False
 
 
-class ShuffleRewards(Callback):
-    """The control of a learning claim (``lmgym train --reward-control shuffle``): each batch's
-    episode returns permuted across its episodes before the update, each put on its episode's last
-    turn (the others 0). The returns keep their distribution and lose which episode earned them,
-    so a run with this learns from everything but the reward signal (cf. "Spurious Rewards",
-    Shao et al. 2025: random rewards move some models too); the gain of a run over its control is
-    what the signal taught. Metrics (``env/success``, evaluations) still read the real outcomes."""
-
-    def __init__(self, seed: int = 0):
-        import numpy as np
-
-        self.rng = np.random.default_rng(seed)
-
-    def on_collect(self, agent: Learner, batch: Trajectories) -> None:
-        returns = [e.return_ for e in batch]
-        for e, r in zip(batch, self.rng.permutation(returns)):
-            on_last_turn(e, float(r))
-
-
-class RewardOnLastTurn(Callback):
-    """Credit by episode (``lmgym train --credit episode``): each episode's rewards summed onto its
-    last turn, 0 on the others, before the update: what trainers that reduce an episode to one
-    reward train on. The default (``--credit turn``) keeps each reward on the turn that earned it,
-    so token-level GAE can tell the turns apart. Metrics and evaluations read the real rewards."""
-
-    def on_collect(self, agent: Learner, batch: Trajectories) -> None:
-        for e in batch:
-            on_last_turn(e, float(e.return_))
-
-
-def on_last_turn(episode: Any, reward: float) -> None:
-    """Gives ``episode`` one reward, on its last turn (0 on the others)."""
-    episode.rewards = [0.0] * (len(episode.rewards) - 1) + [reward]
-
-
 class NoSignal(Callback):
     """Says when a batch gives RL nothing to learn from: every episode returned the same (no reward
-    at all, say), or, for a group estimator, every group's episodes did (GRPO and RLOO advantages
-    are then all 0). The first such batch of a run gets one line saying what would help; after
+    at all, say); for a group estimator, every group's episodes did (GRPO and RLOO advantages are
+    then all 0); or no episode succeeded while the returns vary only by partial credit for a final
+    answer (reasoning-gym's, GEM's, TextArena's), which reinforces noise. The first such batch of a run gets one line saying what would help; after
     ``patience`` such batches in a row the run stops (``stopped`` says why) instead of spending
     its budget on nothing (``patience=None``: it never stops)."""
 
@@ -283,20 +245,25 @@ class NoSignal(Callback):
 
 
 HELP = (
-    "An easier task (--env-arg config=...), a tool (--tools calc), a warm start on the oracle "
-    "(--warmstart-steps N), a prompt that shows the answer's format, or a larger group would help"
+    "An answer format the model writes (--env-arg answer_format=final), an easier task (--env-arg config=...), "
+    "a tool (--tools calc), a warm start on the oracle (--warmstart-steps N), or a larger group would help"
 )
 
 
 def no_signal(batch: Trajectories, grouped: bool) -> str | None:
-    """What makes ``batch`` teach nothing (every return the same; with ``grouped``, every group's
-    the same), or ``None``.
+    """What makes ``batch`` teach nothing, or ``None``: every return the same; with ``grouped``,
+    every group's the same; or no success where every episode says whether it succeeded
+    (``info["correct"]`` or ``info["is_success"]``) and earned its reward on its last turn only
+    (partial credit for an answer, not progress along the way).
 
     Example:
         >>> from lmgym.agents.trajectories import Episode, Trajectories
         >>> flat = Trajectories([Episode([0, 1], [False, True], [1], [0.0], group=g) for g in (0, 0)])
         >>> no_signal(flat, grouped=True)
         'its 2 episodes all returned 0'
+        >>> partial = [Episode([0, 1], [False, True], [1], [r], infos=[{"correct": False}]) for r in (0.1, 0.0)]
+        >>> no_signal(Trajectories(partial), grouped=False)
+        'none of its 2 episodes succeeded (the rewards, mean 0.05, are partial credit)'
     """
     returns = [round(e.return_, 9) for e in batch]
     groups: dict[int, set[float]] = {}
@@ -306,6 +273,11 @@ def no_signal(batch: Trajectories, grouped: bool) -> str | None:
         return f"its {len(batch)} episodes all returned {returns[0]:g}" if returns else "it is empty"
     if grouped and all(len(g) == 1 for g in groups.values()):
         return f"its {len(batch)} episodes returned the same within each of their {len(groups)} groups"
+    says = all(e.infos and ("correct" in e.infos[-1] or "is_success" in e.infos[-1]) for e in batch)
+    answer_only = all(not any(e.rewards[:-1]) for e in batch)
+    if says and answer_only and not any(e.success for e in batch):
+        mean = sum(returns) / len(returns)
+        return f"none of its {len(batch)} episodes succeeded (the rewards, mean {mean:.2g}, are partial credit)"
     return None
 
 
@@ -331,11 +303,8 @@ __all__ = [
     "NoSignal",
     "ProgressCallback",
     "RecordCallback",
-    "RewardOnLastTurn",
-    "ShuffleRewards",
     "StopAtSuccess",
     "eval_metrics",
     "fire",
-    "on_last_turn",
     "run_callbacks",
 ]

@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ESTIMATORS = ("gae", "rloo", "grpo")
+LOSS_TYPES = ("bnpo", "grpo", "dapo", "dr_grpo", "cispo")
+SCALE_REWARDS = ("group", "batch", "none")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+CREDITS = ("turn", "episode")
+REWARD_CONTROLS = ("shuffle",)
 ENGINES = ("hf", "vllm")
 ENV_ERROR_POLICIES = ("raise", "skip")
 
@@ -218,6 +223,10 @@ class PPOConfig:
     """GAE lambda (Schulman et al. 2016; N+ implementation details, 2024)."""
     clip_range: float = 0.2
     """PPO policy clip (Schulman et al. 2017; SB3 and CleanRL default)."""
+    clip_range_high: float | None = None
+    """The upper clip of the ratio, 1 + this, when it differs from the lower one (DAPO's
+    clip-higher, Yu et al. 2025: 0.28; TRL's ``epsilon_high``); ``None``: ``clip_range``. With
+    ``loss_type="cispo"`` the importance weight is capped at 1 + this (MiniMax-M1, 2025)."""
     clip_range_vf: float | None = 0.2
     """Value clip around the old values; ``None`` turns it off (TRL and CleanRL use 0.2)."""
     ent_coef: float = 0.0
@@ -247,6 +256,19 @@ class PPOConfig:
     (critic-free, over groups of episodes that share a task)."""
     group_size: int | None = None
     """Episodes per task for ``rloo``/``grpo`` (``None``: 1 for gae, 4 for the others)."""
+    scale_rewards: str | None = None
+    """How a group estimator scales its advantages (TRL's ``scale_rewards``): ``"group"``, by each
+    group's return spread (GRPO); ``"batch"``, by the batch's; ``"none"``, not at all (Dr. GRPO, Liu
+    et al. 2025). ``None``: the estimator's own (``grpo``: group, ``rloo``: none). With ``gae`` the
+    value head is the baseline and ``whiten_advantages`` scales: it has no meaning there."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling (Yu et al. 2025): a group whose episodes all returned the same has
+    zero advantage under a group estimator; ``learn`` drops such groups and collects more, up to
+    ``dynamic_sampling_max_collects`` extra collects an update (the share dropped is logged as
+    ``env/dropped_groups``). Group estimators only."""
+    dynamic_sampling_max_collects: int = 3
+    """With ``dynamic_sampling``: extra collects an update may make to replace dropped groups; the
+    update then trains on what it has."""
     whiten_advantages: bool = True
     """Normalize advantages across the batch's action tokens."""
     whiten_min_std: float = 0.1
@@ -255,6 +277,33 @@ class PPOConfig:
     noise into large updates and knocks a good policy off. At 1e-2, RL took reasoning-gym's
     ``spell_backward`` from 100% (warm start) down to 84% before it recovered to 96%; at 0.1 it
     stayed at 97-100% (default model, seeds 0 and 1)."""
+
+    loss_type: str = "bnpo"
+    """How the policy loss averages its tokens (TRL's ``loss_type``): ``"bnpo"``, over the action
+    tokens of the minibatch (lmgym's loss so far); ``"grpo"``, over each episode's tokens, then over
+    episodes (Shao et al. 2024; longer episodes weigh less per token); ``"dapo"``, over the action
+    tokens of the optimizer step's whole batch, every process and accumulated minibatch together
+    (Yu et al. 2025); ``"dr_grpo"``, a token sum over a constant, episodes x the turn budget x the
+    most turns an episode of the update took (Liu et al. 2025); ``"cispo"``, the clipped importance
+    weight, its gradient stopped, times the log-prob, averaged as ``dapo`` (MiniMax-M1, 2025). The
+    value loss and entropy stay token means."""
+    importance_sampling_level: str = "token"
+    """``"token"``: PPO's per-token ratio; ``"sequence"``: GSPO's (Zheng et al. 2025), one ratio per
+    episode, exp of the mean of its action tokens' log-ratios (every turn's), clipped as one."""
+    mask_truncated: bool = False
+    """Leave episodes cut at a budget out of the policy loss (TRL's ``mask_truncated_completions``;
+    DAPO's overlong filtering): truncated by the env's turn limit or the context, or a turn that
+    used its whole token budget. Their tokens still count in the metrics."""
+    credit: str = "turn"
+    """Where a turn's reward is trained: ``"turn"``, on the turn that earned it (token-level GAE
+    tells the turns apart); ``"episode"``, each episode's total on its last turn and 0 on the
+    others, what trainers that reduce an episode to one reward train on. Metrics and evaluations
+    read the real rewards."""
+    reward_control: str | None = None
+    """``"shuffle"``: the control run of a learning claim. Each batch's episode returns are permuted
+    across its episodes before the update (on each episode's last turn), seeded by ``seed`` and the
+    update, so they keep their distribution and lose which episode earned them; a run's gain over
+    its control is what the signal taught (cf. "Spurious Rewards", Shao et al. 2025)."""
 
     kl_coef: float = 0.05
     """KL coefficient toward the reference model (N+ implementation details, 2024: 0.05)."""
@@ -307,6 +356,29 @@ class PPOConfig:
             raise ValueError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
         if self.kl_penalty not in ("reward", "loss"):
             raise ValueError(f"kl_penalty must be 'reward' or 'loss', got {self.kl_penalty!r}")
+        choices = [("loss_type", LOSS_TYPES), ("importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)]
+        choices += [("credit", CREDITS), ("scale_rewards", (None, *SCALE_REWARDS))]
+        choices += [("reward_control", (None, *REWARD_CONTROLS))]
+        for name, allowed in choices:
+            if getattr(self, name) not in allowed:
+                named = ", ".join(repr(a) for a in allowed if a is not None)
+                raise ValueError(f"{name} must be one of {named}, got {getattr(self, name)!r}")
+        if self.clip_range_high is not None and self.clip_range_high <= 0:
+            raise ValueError(f"clip_range_high must be positive, got {self.clip_range_high}")
+        if self.estimator == "gae" and self.scale_rewards is not None:
+            raise ValueError(
+                "scale_rewards scales a group estimator's advantages (rloo, grpo); with gae the value head is "
+                "the baseline and whiten_advantages scales"
+            )
+        if self.estimator == "gae" and self.dynamic_sampling:
+            raise ValueError(
+                "dynamic_sampling drops groups whose episodes all returned the same: it needs a group estimator "
+                "(rloo, grpo), not gae"
+            )
+        if self.dynamic_sampling and self.rollout.overlap_update:
+            raise ValueError("dynamic_sampling collects in line; it does not run with rollout.overlap_update")
+        if self.dynamic_sampling_max_collects < 0:
+            raise ValueError(f"dynamic_sampling_max_collects must be >= 0, got {self.dynamic_sampling_max_collects}")
         if self.group_size is None:
             self.group_size = 1 if self.estimator == "gae" else 4
         if self.estimator != "gae" and self.group_size < 2:
@@ -355,4 +427,17 @@ def settings(config: PPOConfig | None = None) -> Iterator[tuple[tuple[str, ...],
             yield (f.name, g.name), g, getattr(group, g.name)
 
 
-__all__ = ["GROUPS", "EngineConfig", "ModelConfig", "PPOConfig", "RolloutConfig", "RunConfig", "settings"]
+__all__ = [
+    "CREDITS",
+    "IMPORTANCE_SAMPLING_LEVELS",
+    "LOSS_TYPES",
+    "REWARD_CONTROLS",
+    "SCALE_REWARDS",
+    "GROUPS",
+    "EngineConfig",
+    "ModelConfig",
+    "PPOConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "settings",
+]

@@ -83,7 +83,6 @@ def play(
                 group_size=repeats,
                 seeds=part_seeds,
                 generation_kwargs=kwargs,
-                score=False,
             )
             played += part.episodes
             generated += sum(int(e.action_mask.sum()) for e in part.episodes)

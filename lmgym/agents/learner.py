@@ -24,6 +24,7 @@ class Learner(Protocol):
     policy: Any
     num_updates: int
     num_episodes: int
+    last_update: Any
 
     def collect(
         self,
@@ -32,10 +33,11 @@ class Learner(Protocol):
         group_size: int | None = None,
         seeds: Sequence[int] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
-        score: bool = True,
     ) -> Trajectories: ...
 
-    def compute_advantages(self, batch: Trajectories) -> Any: ...
+    def score(self, episodes: Any) -> None: ...
+
+    def derive(self, batch: Trajectories) -> Any: ...
 
     def save_checkpoint(self, checkpoint_dir: str | os.PathLike, envs: Any = None) -> Path: ...
 

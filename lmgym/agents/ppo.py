@@ -28,7 +28,8 @@ from transformers import PreTrainedModel
 
 from lmgym.agents import loss as ppo_loss
 from lmgym.agents import persistence
-from lmgym.agents.advantages import Targets, episode_advantages, explained_variance, loss_inputs, mark_stale, whiten
+from lmgym.agents.advantages import episode_advantages, whiten
+from lmgym.agents.batch import UpdateBatch
 from lmgym.agents.callbacks import CallbackLike, fire, run_callbacks
 from lmgym.agents.checkpoints import fitting, model_signature
 from lmgym.agents.config import PPOConfig
@@ -44,6 +45,7 @@ from lmgym.agents.models import (
 )
 from lmgym.agents.overlap import Batches, batch_sizes, overlapped
 from lmgym.agents.policy import PolicyWithValue, action_logits, action_logprobs, state_values
+from lmgym.agents.rewards import token_rewards, trained_rewards
 from lmgym.agents.rollout import EVAL_SEED_OFFSET, EnvContract, RolloutCollector, as_vector_env, env_id_of
 from lmgym.agents.scoring import Scorer
 from lmgym.agents.trajectories import Episode, Trajectories
@@ -98,6 +100,7 @@ class PPOAgent:
         self.num_episodes = 0
         self.num_updates = 0  # also the policy's version: the engine samples with ``engine_version``
         self.engine_version = 0
+        self.last_update: UpdateBatch | None = None  # what the last update trained with (for lmgym view)
 
     @classmethod
     def default(cls, env_id: str = "lmgym/Calculator-v0", **kwargs: Any) -> PPOAgent:
@@ -149,19 +152,14 @@ class PPOAgent:
         group_size: int | None = None,
         seeds: Sequence[int] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
-        score: bool = True,
     ) -> Trajectories:
         """Runs ``num_episodes`` episodes (``RolloutCollector.collect``, which says what each
         argument does) with the policy as it is (an engine behind the last update is synced
-        first) and returns them, scored unless ``score=False``: old and reference log-probs and
-        values, which ``update`` needs and an evaluation does not."""
+        first) and returns them as played: ``update`` scores what it trains on."""
         if self.engine_version != self.num_updates:
             self.sync_engine()
         k = group_size or self.config.group_size
-        batch = self.rollout.collect(envs, num_episodes, k, seeds, generation_kwargs, self.engine_version)
-        if score:
-            self.score(batch)
-        return batch
+        return self.rollout.collect(envs, num_episodes, k, seeds, generation_kwargs, self.engine_version)
 
     def env_contract(self, envs: gym.Env | VectorEnv) -> EnvContract:
         """The env's stop strings, turn budget and autoreset mode (``RolloutCollector.env_contract``)."""
@@ -169,10 +167,11 @@ class PPOAgent:
 
     # --------------------------------------------------------------------------------- score
     def score(self, episodes: Iterable[Episode]) -> None:
-        """Fills each episode's old and reference log-probs and values (``Scorer``); the reference
-        forward is skipped while the KL term is off (``kl_coef=0``, not adaptive)."""
+        """Fills each episode's old and reference log-probs and values (``Scorer``), anew for one
+        an older policy sampled; the reference forward is skipped while the KL term is off
+        (``kl_coef=0``, not adaptive)."""
         kl_on = self.kl_controller.value != 0 or self.config.adaptive_kl
-        self.scorer(episodes, with_reference=kl_on)
+        self.scorer(episodes, kl_on, self.num_updates, self.config.rollout.max_staleness)
 
     def ref_logits(self, tokens: torch.Tensor, attention: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """The reference model's logits (N, V) that predict the action tokens (a PEFT policy's base
@@ -185,50 +184,65 @@ class PPOAgent:
             return action_logits(model, tokens, attention, actions, gather)[0]
 
     # -------------------------------------------------------------------------- advantages
-    def compute_rewards(self, episode: Episode) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-token rewards (T,): each turn's reward on its last action token, minus the k1 KL
-        penalty on every action token when ``kl_penalty == "reward"``. Also returns the k1 KL (T,)."""
-        assert episode.logprobs is not None and episode.ref_logprobs is not None
-        kl = torch.where(episode.action_mask, episode.logprobs - episode.ref_logprobs, 0.0)  # (T,)
-        rewards = torch.zeros(episode.length)
-        rewards[episode.turn_ends] += torch.tensor(episode.rewards, dtype=torch.float32)
-        if self.config.kl_penalty == "reward":
-            rewards -= self.kl_controller.value * kl
-        return rewards, kl
-
-    def compute_advantages(self, batch: Trajectories) -> Targets:
-        """Advantages and returns (T,) per episode, by ``config.estimator``; whitened across the
-        batch's action tokens. Environment tokens get 0 and no loss."""
+    def compute_rewards(self, batch: Trajectories) -> tuple[list[list[float]], list[torch.Tensor], torch.Tensor]:
+        """The rewards the update trains on: each episode's turn rewards after ``config.credit`` and
+        ``config.reward_control`` (the shuffle seeded by the seed and the update), laid on their
+        turns' last tokens (T,) minus the k1 KL penalty when ``kl_penalty == "reward"``; and each
+        episode's k1 KL (N,), summed over its action tokens."""
         cfg = self.config
-        rewards, kls = zip(*(self.compute_rewards(e) for e in batch))
-        advantages, returns = episode_advantages(rewards, batch.episodes, cfg.estimator, cfg.gamma, cfg.gae_lambda)
+        turns = trained_rewards(batch.episodes, cfg.credit, cfg.reward_control, seed=[cfg.seed, self.num_updates])
+        coef = self.kl_controller.value if cfg.kl_penalty == "reward" else 0.0
+        kls = [torch.where(e.action_mask, e.logprobs - e.ref_logprobs, 0.0) for e in batch]  # (T,) each
+        rewards = [token_rewards(e, r, kl, coef) for e, r, kl in zip(batch, turns, kls)]
+        return turns, rewards, torch.stack([k.sum() for k in kls])
+
+    def compute_advantages(
+        self, batch: Trajectories, rewards: Sequence[torch.Tensor], values: Sequence[torch.Tensor], bootstraps: Sequence[float]
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], float]:
+        """Advantages and returns (T,) per episode from per-token ``rewards`` and ``values``, by
+        ``config.estimator`` (``scale_rewards`` for the group ones), whitened across the batch's
+        action tokens when configured; and their spread before whitening. Environment tokens get
+        0 and no loss."""
+        cfg = self.config
+        advantages, returns = episode_advantages(
+            rewards, values, bootstraps, batch.episodes, cfg.estimator, cfg.gamma, cfg.gae_lambda, cfg.scale_rewards
+        )
         flat, mask = torch.cat(advantages), torch.cat([e.action_mask for e in batch])
         raw_std = float(flat[mask].std(unbiased=False)) if mask.any() else 0.0
         if cfg.whiten_advantages:
             advantages = list(whiten(flat, mask, cfg.whiten_min_std).split([e.length for e in batch]))
-        return Targets(advantages, returns, torch.stack([k.sum() for k in kls]), raw_std)
+        return advantages, returns, raw_std
+
+    def derive(self, batch: Trajectories, value_shift: float = 0.0) -> UpdateBatch:
+        """What an update trains ``batch`` with: scores, then rewards, then advantages, in an
+        ``UpdateBatch`` of its own (the episodes are not edited past their scores); ``value_shift``
+        is added to the scored values (``init_value_head``'s)."""
+        self.score(batch)
+        shift = value_shift
+        values = [torch.where(e.action_mask, e.values + shift, 0.0) for e in batch]  # type: ignore[operator]
+        bootstraps = [e.bootstrap_value + shift for e in batch]
+        turns, rewards, kl = self.compute_rewards(batch)
+        advantages, returns, raw_std = self.compute_advantages(batch, rewards, values, bootstraps)
+        return UpdateBatch(batch.episodes, values, bootstraps, turns, rewards, kl, advantages, returns, raw_std)
 
     # -------------------------------------------------------------------------------- update
     def update(self, batch: Trajectories) -> dict[str, float]:
         """One PPO update on a batch of episodes: batch in, metrics (a ``/``-namespaced dict) out.
+        Scores, rewards and advantages (``derive``), then ``n_epochs`` over shuffled minibatches.
         The engine is not synced here: ``learn`` does it after each update (``sync_engine``), and
         ``collect`` does when the engine is behind."""
         if len(batch) == 0:
             raise ValueError("update needs at least one episode")
         cfg, start, device = self.config, time.perf_counter(), self.accelerator.device
-        mark_stale(batch.episodes, self.num_updates, cfg.rollout.max_staleness)  # the overlapped update's
         self.score(batch)
-        self.init_value_head(batch)
-        targets = self.compute_advantages(batch)
-        for e, adv in zip(batch, targets.advantages):
-            e.advantages = adv  # kept for the viewer (lmgym view)
-        padded = loss_inputs(batch, targets, cfg.tis_cap, device)  # (N, T) each, once
+        self.last_update = derived = self.derive(batch, self.init_value_head(batch))
+        padded = derived.loss_inputs(cfg.tis_cap, device, cfg.mask_truncated)  # (N, T) each, once
         lengths = torch.tensor([e.length for e in batch])
         stats: dict[str, list[float]] = {}
         self.policy.train()
         stopped = False
-        for rows in ppo_loss.minibatch_rows(len(batch), cfg.mini_batch_size, cfg.n_epochs):
-            minibatch = padded.rows(rows.to(device), int(lengths[rows].max()))
+        for rows, normalizer in self.minibatches(padded, batch):
+            minibatch = padded.rows(rows.to(device), int(lengths[rows].max()))._replace(normalizer=normalizer)
             with self.accelerator.accumulate(self.policy):
                 loss, mb_stats = self.loss(minibatch)
                 if stopped := past_target_kl(self.accelerator, mb_stats["policy/approx_kl"], cfg.target_kl):
@@ -241,50 +255,82 @@ class PPOAgent:
                 self.optimizer.zero_grad()
             for key, value in mb_stats.items():
                 stats.setdefault(key, []).append(value)
-        mean_kl = float(self.accelerator.gather(targets.kl.to(device)).mean())
+        mean_kl = float(self.accelerator.gather(derived.kl.to(device)).mean())
         self.kl_controller.update(mean_kl, len(batch))
         self.num_updates += 1
         metrics = {key: float(np.mean(values)) for key, values in stats.items()} | batch.stats()
-        metrics["advantages/raw_std"] = targets.raw_std  # the signal's scale before whitening
+        metrics["advantages/raw_std"] = derived.raw_std  # the signal's scale before whitening
         metrics["objective/kl"], metrics["objective/kl_coef"] = mean_kl, self.kl_controller.value
         metrics["optim/learning_rate"] = self.optimizer.param_groups[0]["lr"]
         metrics |= {"policy/stopped_at_target_kl": float(stopped)} if cfg.target_kl is not None else {}
         metrics["time/update"] = time.perf_counter() - start
         if cfg.estimator == "gae":
-            metrics["value/explained_variance"] = explained_variance(batch, targets.returns)
+            metrics["value/explained_variance"] = derived.explained_variance()
         return metrics
 
+    def minibatches(self, padded: LossInputs, batch: Trajectories) -> Iterator[tuple[torch.Tensor, float | None]]:
+        """The rows of each minibatch (``n_epochs`` shuffles), each with what its policy loss's token
+        sum is divided by (``ppo_loss.aggregate``): for ``dapo`` and ``cispo``, the policy tokens of
+        its optimizer step (every accumulated minibatch, every process; times the accumulation
+        steps, which accelerate divides by); for ``dr_grpo``, its rows x the turn budget x the most
+        turns an episode took; ``None`` for the others."""
+        cfg = self.config
+        mask = padded.action_mask if padded.policy_mask is None else padded.policy_mask
+        tokens = mask.sum(-1).float()  # (N,)
+        all_rows = list(ppo_loss.minibatch_rows(len(batch), cfg.mini_batch_size, cfg.n_epochs))
+        steps = cfg.gradient_accumulation_steps
+        for lo in range(0, len(all_rows), steps):
+            group = all_rows[lo : lo + steps]
+            normalizer: float | None = None
+            if cfg.loss_type in ("dapo", "cispo"):
+                step_tokens = tokens[torch.cat(group).to(tokens.device)].sum()
+                normalizer = float(self.accelerator.gather(step_tokens[None]).mean()) / steps
+            for rows in group:
+                if cfg.loss_type == "dr_grpo":
+                    turns = max(len(e.rewards) for e in batch)
+                    normalizer = len(rows) * (batch.turn_budget or max(e.num_action_tokens for e in batch)) * turns
+                yield rows, normalizer
+
     @torch.no_grad()
-    def init_value_head(self, batch: Trajectories) -> None:
-        """An untrained value head (all zeros) starts at the batch's mean return, and the batch's
-        values with it. From 0, GAE's advantages (lambda < 1) decay back from each reward, and
-        whitening then makes the early tokens of successful episodes negative: a solved task
-        (spell_backward at 99.5%) fell to 0% in two updates. From the mean return, the advantages
-        of a batch that all succeeded are about 0."""
+    def init_value_head(self, batch: Trajectories) -> float:
+        """An untrained value head (all zeros) starts at the batch's mean return; returns that
+        shift (0 once the head is trained), which the update adds to the batch's values. From 0,
+        GAE's advantages (lambda < 1) decay back from each reward, and whitening then makes the
+        early tokens of successful episodes negative: a solved task (spell_backward at 99.5%) fell
+        to 0% in two updates. From the mean return, the advantages of a batch that all succeeded
+        are about 0."""
         head = self.value_head
         if self.config.estimator != "gae" or head.weight.any() or head.bias.any():
-            return
+            return 0.0
         returns = torch.tensor(batch.returns, dtype=torch.float32, device=self.accelerator.device)
         mean = float(self.accelerator.gather(returns).mean())  # every rank the same bias
         policy = self.accelerator.unwrap_model(self.policy)
         if hasattr(policy, "reshard"):  # FSDP2: write the sharded parameter, not a gathered copy
             policy.reshard()
         head.bias.fill_(mean)
-        for e in batch:
-            assert e.values is not None, "score() fills the values"
-            e.values = torch.where(e.action_mask, e.values + mean, 0.0)
-            e.bootstrap_value += mean
+        return mean
 
     def loss(self, mb: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
         """The PPO loss on a minibatch (B, T): this forward pass, then the arithmetic of
-        ``lmgym.agents.loss`` (the clipped surrogate, the value loss, the entropy, a k3 KL term);
-        token-level means over the action tokens."""
+        ``lmgym.agents.loss`` (the clipped surrogate by ``loss_type`` and
+        ``importance_sampling_level``, the value loss, the entropy, a k3 KL term); the value loss,
+        entropy and KL are token-level means over the action tokens."""
         cfg, mask = self.config, mb.action_mask
         logits, values = self.policy(mb.tokens, mb.attention_mask, mask)  # (N, V): action tokens only
         logp_all, logprobs = action_logprobs(logits, mb.tokens, mask, cfg.rollout.temperature)  # (N, V), (B, T)
         values = state_values(values)  # (B, T)
+        policy_mask = mask if mb.policy_mask is None else mb.policy_mask
         pg_loss, ratio, log_ratio = ppo_loss.clipped_policy_loss(
-            logprobs, mb.old_logprobs, mb.advantages, mask, cfg.clip_range, mb.is_weights
+            logprobs,
+            mb.old_logprobs,
+            mb.advantages,
+            policy_mask,
+            cfg.clip_range,
+            mb.is_weights,
+            cfg.clip_range_high,
+            cfg.loss_type,
+            cfg.importance_sampling_level,
+            mb.normalizer,
         )
         v_loss = ppo_loss.value_loss(values, mb.old_values, mb.returns, mask, cfg.clip_range_vf)
         with torch.set_grad_enabled(cfg.ent_coef != 0):  # a metric only, unless it is in the loss
@@ -297,7 +343,8 @@ class PPOAgent:
             loss = loss + self.kl_controller.value * kl_k3
             stats["loss/kl"] = float(kl_k3.detach())
         with torch.no_grad():
-            clipped = ppo_loss.masked_mean(((ratio - 1).abs() > cfg.clip_range).float(), mask)
+            high = cfg.clip_range if cfg.clip_range_high is None else cfg.clip_range_high
+            clipped = ppo_loss.masked_mean(((ratio < 1 - cfg.clip_range) | (ratio > 1 + high)).float(), policy_mask)
             approx_kl = ppo_loss.approx_kl(ratio, log_ratio, mask)
         named = {"loss/policy": pg_loss, "loss/value": v_loss, "loss/total": loss, "policy/entropy": entropy}
         named |= {"policy/approx_kl": approx_kl, "policy/clipfrac": clipped}
@@ -369,8 +416,30 @@ class PPOAgent:
         """``learn``'s batches, each collected when the update before it is done, with its seconds."""
         for n in sizes:
             started = time.perf_counter()
-            batch = self.collect(envs, n)
+            batch = self.collect_varied(envs, n) if self.config.dynamic_sampling else self.collect(envs, n)
             yield batch, time.perf_counter() - started
+
+    def collect_varied(self, envs: gym.Env | VectorEnv, num_episodes: int) -> Trajectories:
+        """DAPO's dynamic sampling (``config.dynamic_sampling``): ``num_episodes`` episodes whose
+        groups did not all return the same, collecting more (at most
+        ``dynamic_sampling_max_collects`` times) to replace the groups dropped; the share of groups
+        dropped is ``env/dropped_groups``. Short of enough, the update trains on what it has (or
+        on the last collect, when every group was dropped)."""
+        k = self.config.group_size or 1
+        kept: Trajectories | None = None
+        collected = dropped = 0
+        for _ in range(self.config.dynamic_sampling_max_collects + 1):
+            need = num_episodes - (len(kept) if kept is not None else 0)
+            if need <= 0:
+                break
+            batch = self.collect(envs, -(-need // k) * k)
+            varied = batch.varied_groups()
+            collected, dropped = collected + len(batch) // k, dropped + (len(batch) - len(varied)) // k
+            kept = varied if kept is None else kept + varied
+        assert kept is not None
+        kept = kept.head(num_episodes, k) if len(kept) else batch
+        kept.faults["dropped_groups"] = dropped / max(collected, 1)
+        return kept
 
     def overlapped_batches(self, envs: gym.Env | VectorEnv, sizes: Iterator[int]) -> Batches:
         """``learn``'s batches with the overlapped update (``lmgym.agents.overlap``): each next one

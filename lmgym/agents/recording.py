@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lmgym.agents.batch import UpdateBatch
 from lmgym.agents.policy import token_logprobs
 from lmgym.agents.trajectories import Episode, episode_record, pad_batch
 
@@ -65,21 +66,28 @@ class EpisodeRecorder:
     def due(self, update: int, last: bool) -> bool:
         return last or update <= 1 or update % self.every == 0
 
-    def record(self, agent: Learner, envs: Any, batch: Iterable[Episode] | None, update: int) -> None:
+    def record(self, agent: Learner, envs: Any, batch: UpdateBatch | None, update: int) -> None:
         """Appends this update's episodes (``agent``: a ``PPOAgent``): ``batch`` (just trained
-        on) and the held-out ones."""
+        on, with its advantages) and the held-out ones."""
         from lmgym.agents.rollout import EVAL_SEED_OFFSET
 
         records = []
-        kept = list(batch or [])[: self.n]
+        kept = list(zip(batch.episodes, batch.advantages))[: self.n] if batch is not None else []
         if kept:
-            new = current_logprobs(agent, kept)
-            records += [episode_record(e, agent.tokenizer, update, "train", self.env_id, n) for e, n in zip(kept, new)]
+            new = current_logprobs(agent, [e for e, _ in kept])
+            records += [
+                episode_record(e, agent.tokenizer, update, "train", self.env_id, n, adv)
+                for (e, adv), n in zip(kept, new)
+            ]
         seeds = [EVAL_SEED_OFFSET + i for i in range(self.n)]
         probe = agent.collect(envs, self.n, group_size=1, seeds=seeds, generation_kwargs={"do_sample": False})
+        advantages: list[Any] = [None] * len(probe)
+        agent.score(probe)
         if agent.config.estimator == "gae":  # group estimators need groups; greedy episodes have none
-            for e, adv in zip(probe, agent.compute_advantages(probe).advantages):
-                e.advantages = adv
-        records += [episode_record(e, agent.tokenizer, update, "held-out", self.env_id) for e in probe]
+            advantages = agent.derive(probe).advantages
+        records += [
+            episode_record(e, agent.tokenizer, update, "held-out", self.env_id, advantages=adv)
+            for e, adv in zip(probe, advantages)
+        ]
         if self.write:
             append_records(self.path, records)

@@ -165,7 +165,7 @@ class RolloutCollector:
             "reset_timeouts": new["reset_timeouts"],
             "skipped": len(episodes) - len(kept),
         }
-        return Trajectories(kept, self.tokenizer, faults)
+        return Trajectories(kept, self.tokenizer, faults, contract.max_new_tokens)
 
     def view(self, envs: gym.Env | VectorEnv) -> VectorEnv:
         """The vector env the collector plays ``envs`` through, made once per env and kept:
@@ -296,6 +296,7 @@ class RolloutCollector:
             values=turn.values if exact else None,
             sampler_logprobs=turn.logprobs if not exact and turn.tokens else None,
         )
+        builder.budget_cut |= len(action) >= contract.max_new_tokens
         limit = self.max_context_tokens
         if terminated or truncated:
             builder.terminated, builder.truncated = bool(terminated), bool(truncated and not terminated)

@@ -47,10 +47,26 @@ class Scorer:
         self.temperature, self.batch_size, self.device = temperature, batch_size, device
 
     @torch.no_grad()
-    def __call__(self, episodes: Iterable[Episode], with_reference: bool = True) -> None:
+    def __call__(
+        self, episodes: Iterable[Episode], with_reference: bool = True, version: int | None = None, max_staleness: int = 1
+    ) -> None:
         """Fills what each unscored episode lacks: old log-probs and values (the HF engine's decode
         loop already gave them), the value after a truncated episode's last token, and reference
-        log-probs (``with_reference=False``: the policy's own, as TRL does with beta=0)."""
+        log-probs (``with_reference=False``: the policy's own, as TRL does with beta=0).
+
+        With ``version`` (the policy's, updates done), an episode sampled by an older policy (the
+        overlapped update's) keeps its log-probs as the sampler's, for the importance weights, and
+        is scored anew under the current policy; one more than ``max_staleness`` versions old is
+        refused (``ValueError``)."""
+        episodes = list(episodes)
+        for e in episodes if version is not None else ():
+            if e.versions is None or not e.action_mask.any():
+                continue
+            age = version - int(e.versions[e.action_mask].min())
+            if age > max_staleness:
+                raise ValueError(f"an episode sampled {age} updates ago, more than max_staleness={max_staleness}")
+            if age > 0 and e.sampler_logprobs is None and e.logprobs is not None:
+                e.sampler_logprobs, e.logprobs, e.values = e.logprobs, None, None
         todo = [e for e in episodes if not e.scored]
         temperature = self.temperature()
         for chunk in self.chunks([e for e in todo if e.logprobs is None or e.values is None or e.truncated]):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -35,11 +36,15 @@ class Episode:
         reset_info: the info ``reset`` returned (a task's fields, e.g. its target).
         logprobs / ref_logprobs / values: (T,) filled by ``PPOAgent.score``.
         bootstrap_value: V of the state after the last token (used when truncated).
-        advantages: (T,) what ``PPOAgent.update`` trained each token with (0 off actions).
         sampler_logprobs: (T,) an inexact engine's log-probs (vLLM), or a stale batch's (the
             overlapped update's), for importance correction.
         versions: (T,) the policy version (updates done) that sampled each action token; -1
             off actions (``None``: unknown, e.g. a hand-made sample).
+        budget_cut: a turn used its whole token budget (``PPOConfig.mask_truncated``).
+
+    The collector (``EpisodeBuilder``) writes an episode and the scorer fills the log-probs and
+    values it lacks; what an update derives (advantages, shaped rewards) lives in its own
+    ``lmgym.agents.batch.UpdateBatch``.
     """
 
     tokens: torch.Tensor
@@ -55,10 +60,10 @@ class Episode:
     ref_logprobs: torch.Tensor | None = None
     values: torch.Tensor | None = None
     bootstrap_value: float = 0.0
-    advantages: torch.Tensor | None = None
     sampler_logprobs: torch.Tensor | None = None
     versions: torch.Tensor | None = None
     reset_info: dict[str, Any] = field(default_factory=dict)
+    budget_cut: bool = False
 
     def __post_init__(self) -> None:
         self.tokens = torch.as_tensor(self.tokens, dtype=torch.long)
@@ -115,7 +120,7 @@ class EpisodeBuilder:
         self.rewards: list[float] = []
         self.infos: list[dict[str, Any]] = []
         self.seed, self.group = seed, group
-        self.terminated = self.truncated = False
+        self.terminated = self.truncated = self.budget_cut = False
         zeros = [0.0] * len(prompt)
         self.per_token: dict[str, list[float] | None] = {
             "logprobs": list(zeros),
@@ -161,6 +166,7 @@ class EpisodeBuilder:
             sampler_logprobs=known["sampler_logprobs"],
             versions=None if version is None else torch.where(mask, version, -1),
             reset_info=self.reset_info,
+            budget_cut=self.budget_cut,
         )
 
 
@@ -201,13 +207,20 @@ class Trajectories:
         return cls(episodes, tokenizer)
 
     def __init__(
-        self, episodes: list[Episode], tokenizer: Tokenizer | None = None, faults: dict[str, int] | None = None
+        self,
+        episodes: list[Episode],
+        tokenizer: Tokenizer | None = None,
+        faults: dict[str, float] | None = None,
+        turn_budget: int | None = None,
     ):
         self.episodes = list(episodes)
         self.tokenizer = tokenizer  # set by collect; to_html needs it to show the text
         self.faults = {"timeouts": 0, "reset_timeouts": 0, "skipped": 0, **(faults or {})}
         """What went wrong while collecting: steps and resets past their deadline, episodes dropped
-        for an env error (``PPOConfig.rollout.on_env_error="skip"``)."""
+        for an env error (``PPOConfig.rollout.on_env_error="skip"``), the share of groups dynamic
+        sampling dropped."""
+        self.turn_budget = turn_budget
+        """The token budget each turn had (set by collect; ``loss_type="dr_grpo"`` reads it)."""
 
     def __len__(self) -> int:
         return len(self.episodes)
@@ -219,11 +232,34 @@ class Trajectories:
         return self.episodes[i]
 
     def __add__(self, other: Trajectories) -> Trajectories:
+        """Both batches, ``other``'s groups renumbered after this one's (a group is one task)."""
         faults = {k: self.faults.get(k, 0) + other.faults.get(k, 0) for k in {*self.faults, *other.faults}}
-        return Trajectories(self.episodes + other.episodes, self.tokenizer or other.tokenizer, faults)
+        offset = max((e.group for e in self.episodes), default=-1) + 1
+        moved = [dataclasses.replace(e, group=e.group + offset) for e in other.episodes]
+        budget = self.turn_budget or other.turn_budget
+        return Trajectories(self.episodes + moved, self.tokenizer or other.tokenizer, faults, budget)
 
     def filter(self, keep: Callable[[Episode], bool]) -> Trajectories:
-        return Trajectories([e for e in self.episodes if keep(e)], self.tokenizer, self.faults)
+        return Trajectories([e for e in self.episodes if keep(e)], self.tokenizer, dict(self.faults), self.turn_budget)
+
+    def varied_groups(self) -> Trajectories:
+        """The episodes of the groups whose returns differ (a group estimator's advantages are 0
+        in the others: DAPO's dynamic sampling keeps these).
+
+        Example:
+            >>> b = Trajectories([Episode([0, 1], [False, True], [1], [r], group=g) for r, g in [(1, 0), (0, 0), (1, 1), (1, 1)]])
+            >>> [e.group for e in b.varied_groups()]
+            [0, 0]
+        """
+        returns: dict[int, set[float]] = {}
+        for e in self.episodes:
+            returns.setdefault(e.group, set()).add(round(e.return_, 9))
+        return self.filter(lambda e: len(returns[e.group]) > 1)
+
+    def head(self, n: int, group_size: int) -> Trajectories:
+        """The first whole groups, up to ``n`` episodes (at least one group)."""
+        groups = list(dict.fromkeys(e.group for e in self.episodes))[: max(1, n // group_size)]
+        return self.filter(lambda e: e.group in set(groups))
 
     def to_html(
         self,
@@ -326,6 +362,7 @@ def episode_record(
     kind: str,
     env_id: str | None = None,
     new_logprobs: torch.Tensor | None = None,
+    advantages: torch.Tensor | None = None,
 ) -> dict[str, Any]:
     """One episode as the viewer reads it.
 
@@ -336,7 +373,8 @@ def episode_record(
     in order (lists as long as the number of action tokens, or ``None`` when unknown):
     ``logprob`` (at sampling), ``value``, ``adv`` (the advantage it was trained with), ``kl``
     (log-prob minus reference log-prob, k1) and ``ratio`` (new over old probability after the
-    update).
+    update); ``advantages`` (T,) and ``new_logprobs`` (T,) come from the update
+    (``lmgym.agents.batch.UpdateBatch``) and the policy after it.
     """
     mask = episode.action_mask
     kl = None
@@ -370,7 +408,7 @@ def episode_record(
         "mask": [int(m) for m in mask],
         "logprob": _on_actions(episode.logprobs, mask),
         "value": _on_actions(episode.values, mask),
-        "adv": _on_actions(episode.advantages, mask),
+        "adv": _on_actions(advantages, mask),
         "kl": _on_actions(kl, mask),
         "ratio": _on_actions(ratio, mask),
     }

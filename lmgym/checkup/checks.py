@@ -110,7 +110,7 @@ def doctor(
     agent.engine = recorder
     try:
         started = time.perf_counter()
-        batch = agent.collect(envs, groups * k, group_size=k, score=False)
+        batch = agent.collect(envs, groups * k, group_size=k)
         collect_seconds = time.perf_counter() - started
         calls, recorder.calls = recorder.calls, []
         greedy, _ = evaluate(agent, envs, greedy_episodes)

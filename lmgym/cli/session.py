@@ -269,7 +269,7 @@ def reply_budget(spec: RunSpec, agent: PPOAgent, episodes: int = 16) -> int:
         dataclasses.replace(spec, env_kwargs={**spec.env_kwargs, "max_action_tokens": cap}), 8, agent.tokenizer
     )
     try:
-        batch = agent.collect(probe, episodes, group_size=1, score=False)
+        batch = agent.collect(probe, episodes, group_size=1)
     finally:
         probe.close()
     lengths = [len(turn) for e in batch for turn in turn_lengths(e)]

@@ -122,10 +122,6 @@ class RunSpec:
     generation_kwargs: Any = None
     samples: int = 0
     """``--samples k``: evaluations also report pass@k and the sampled success rate."""
-    reward_control: str | None = None
-    """``--reward-control shuffle``: the run is its own control (``lmgym.agents.callbacks.ShuffleRewards``)."""
-    credit: str = "turn"
-    """``--credit episode``: each episode's total reward on its last turn (``RewardOnLastTurn``)."""
     allow_no_signal: bool = False
     doctor: bool = False
     """``lmgym train --doctor``: the doctor's checks before training."""

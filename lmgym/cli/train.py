@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lmgym.agents.config import ESTIMATORS
 from lmgym.agents.defaults import PRETRAINED_MINUTES
 from lmgym.cli.errors import Interrupted, RunError, UsageError, failure_line
 from lmgym.cli.evaluate import eval_envs_count
@@ -123,22 +124,9 @@ def add_learning_flags(p: argparse.ArgumentParser) -> None:
     """How RL learns and how a learning claim is checked."""
     p.add_argument(
         "--estimator",
-        choices=["gae", "rloo", "grpo"],
+        choices=ESTIMATORS,
         default=None,
         help="advantage estimator (default: gae; rloo from rewards alone with --model)",
-    )
-    p.add_argument(
-        "--reward-control",
-        choices=["shuffle"],
-        default=None,
-        help="the control run of a learning claim: each update's rewards permuted across its episodes",
-    )
-    p.add_argument(
-        "--credit",
-        choices=["turn", "episode"],
-        default="turn",
-        help="turn: each reward on the turn that earned it (default); episode: each episode's total on its last "
-        "turn, as trainers that reduce an episode to one reward do",
     )
     p.add_argument(
         "--allow-no-signal",
@@ -286,7 +274,7 @@ def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv)
     """PPO for ``--episodes`` (``None``: as many as fit ``PRETRAINED_MINUTES`` here, sized from the
     first update), evaluated every ``--eval-every`` updates, ending early at ``--stop-at-success``;
     the final evaluation. The first update is timed, and the run's time estimated from it."""
-    from lmgym.agents.callbacks import Evaluator, NoSignal, RewardOnLastTurn, ShuffleRewards, StopAtSuccess
+    from lmgym.agents.callbacks import Evaluator, NoSignal, StopAtSuccess
     from lmgym.agents.evaluation import evaluate
 
     target = spec.episodes
@@ -295,9 +283,7 @@ def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv)
     )
     stop, timer = StopAtSuccess(spec.stop_at_success), FirstUpdate()
     signal = NoSignal(patience=None if spec.allow_no_signal else 3)
-    control: list[Any] = [RewardOnLastTurn()] if spec.credit == "episode" else []
-    control += [ShuffleRewards(spec.seed)] if spec.reward_control == "shuffle" else []
-    first_callbacks: list[Any] = [*control, signal, evaluator, stop, timer]
+    first_callbacks: list[Any] = [signal, evaluator, stop, timer]
     learn_to = functools.partial(agent.learn, envs, log_dir=spec.out, checkpoint_dir=spec.out / "checkpoints")
     first = agent.num_episodes + agent.config.episodes_per_update
     learn_to(total_episodes=first if target is None else min(first, target), callbacks=first_callbacks)
@@ -308,7 +294,7 @@ def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv)
     elif agent.num_episodes < target:
         print(f"update {agent.num_updates} took {timer.seconds:.0f} s: {describe_budget(agent, target, timer.seconds)}")
     if agent.num_episodes < target and not stop.stopped and not signal.stopped:
-        learn_to(total_episodes=target, callbacks=[*control, signal, evaluator, stop])
+        learn_to(total_episodes=target, callbacks=[signal, evaluator, stop])
     if signal.stopped:
         print(f"stopped after {agent.num_episodes} episodes: {signal.stopped}; --allow-no-signal trains on")
     return evaluator.final or evaluate(agent, eval_envs, spec.eval_episodes, samples=spec.samples)
