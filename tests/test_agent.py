@@ -433,13 +433,32 @@ def test_peft_reference_is_the_base_with_adapters_off():
     agent = PPOAgent(model, tokenizer=ByteTokenizer(), config=PPOConfig(learning_rate=1e-2))
     assert agent.ref_model is None  # no copy: the reference is the base model
     batch = agent.collect(gym.make("lmgym/Echo-v0"), 4)
+    agent.score(batch)
     assert all(torch.allclose(e.logprobs, e.ref_logprobs, atol=1e-5) for e in batch)  # LoRA starts as a no-op
     query = torch.tensor(ByteTokenizer().encode("Echo: a\n"))
     agent.step([query, query], [torch.tensor([97]), torch.tensor([98])], [1.0, 0.0])
     trained = [n for n, p in agent.policy.named_parameters() if p.requires_grad]
     assert all("lora_" in n or "value_head" in n for n in trained)
     batch = agent.collect(gym.make("lmgym/Echo-v0"), 4)
+    agent.score(batch)
     assert any(not torch.allclose(e.logprobs, e.ref_logprobs) for e in batch)
+
+
+def test_a_peft_model_with_its_own_reference_survives_a_save_and_load(tmp_path):
+    peft = pytest.importorskip("peft")
+    base = tiny_model(258, 256, n_layer=1, n_embd=32)
+    base.save_pretrained(tmp_path / "base")
+    model = peft.get_peft_model(base, peft.LoraConfig(r=4, target_modules=["c_attn"], fan_in_fan_out=True))
+    reference = tiny_model(258, 256, n_layer=1, n_embd=32, seed=1)
+    agent = PPOAgent(model, tokenizer=ByteTokenizer(), ref_model=reference, config=PPOConfig(learning_rate=1e-2))
+    query = torch.tensor(ByteTokenizer().encode("Echo: a\n"))
+    agent.step([query, query], [torch.tensor([97]), torch.tensor([98])], [1.0, 0.0])
+    agent.save(tmp_path / "saved")
+    loaded = PPOAgent.load(tmp_path / "saved")
+    assert loaded.is_peft and loaded.ref_model is not None  # adapters on their base, and the reference kept
+    for a, b in [(agent.model, loaded.model), (agent.ref_model, loaded.ref_model)]:
+        sa, sb = a.state_dict(), b.state_dict()
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
 def test_anneal_lr_goes_linearly_to_zero():

@@ -62,7 +62,7 @@ def test_the_loss_mask_check_fails_on_env_tokens_in_the_loss():
     assert state == "FAIL" and " 0 not sampled" not in figure
     assert not report.ok
     sound = agent_for()
-    batch = sound.collect(gym.make_vec("lmgym/Echo-v0", num_envs=2), 2, score=False)
+    batch = sound.collect(gym.make_vec("lmgym/Echo-v0", num_envs=2), 2)
     calls = [(e.tokens[: e.turn_ends[0]].tolist()[: e.action_mask.nonzero()[0].item()], []) for e in batch]
     assert loss_mask(batch, calls, 256)[0].status == "FAIL"  # a turn the engine never sampled
     assert loss_mask(batch, calls, 256)[1] == 2  # and contexts that are no episode's stream

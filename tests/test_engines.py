@@ -40,7 +40,7 @@ def test_kv_cache_across_turns_gives_the_same_tokens_and_logprobs():
     batches = []
     for agent, env in zip((cached, fresh), envs):
         torch.manual_seed(1)
-        batches.append(agent.collect(env, num_episodes=6, seeds=list(range(6)), score=False))
+        batches.append(agent.collect(env, num_episodes=6, seeds=list(range(6))))
     assert all(len(e.turn_ends) == 4 for e in batches[0])  # four model calls each
     for a, b in zip(*batches):
         assert torch.equal(a.tokens, b.tokens) and torch.equal(a.action_mask, b.action_mask)
@@ -55,7 +55,7 @@ def test_vector_env_with_kv_cache_matches_the_re_prefill_path():
         steps = [lambda out: "\nagain:", lambda out: f"\n{out[:3]!r} once more:"]
         envs = gym.make_vec("lmgym/Pipeline-v0", num_envs=4, transforms=steps, max_action_tokens=8)
         torch.manual_seed(2)
-        batches.append(agent.collect(envs, num_episodes=8, score=False))
+        batches.append(agent.collect(envs, num_episodes=8))
     for a, b in zip(*batches):
         assert torch.equal(a.tokens, b.tokens)
         torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-5, rtol=0)
@@ -63,7 +63,7 @@ def test_vector_env_with_kv_cache_matches_the_re_prefill_path():
 
 def test_engine_logprobs_and_values_match_a_plain_forward_pass():
     agent, _ = agent_pair()
-    batch = agent.collect(four_turn_env(), num_episodes=3, seeds=[0, 1, 2], score=False)
+    batch = agent.collect(four_turn_env(), num_episodes=3, seeds=[0, 1, 2])
     for e in batch:
         with torch.no_grad():
             logits, values = agent.policy(e.tokens[None], torch.ones(1, e.length, dtype=torch.long))
@@ -162,9 +162,11 @@ def test_vllm_engine_fails_in_one_clear_line_without_vllm():
 def test_unsupported_generation_kwargs_go_to_model_generate():
     agent, _ = agent_pair()
     batch = agent.collect(
-        gym.make("lmgym/Echo-v0"), num_episodes=2, generation_kwargs={"repetition_penalty": 1.3}, score=True
+        gym.make("lmgym/Echo-v0"), num_episodes=2, generation_kwargs={"repetition_penalty": 1.3}
     )
-    assert all(e.scored for e in batch)  # model.generate gave no log-probs: the scoring pass did
+    assert not any(e.scored for e in batch)  # model.generate gave no log-probs: collect leaves them to update
+    agent.score(batch)
+    assert all(e.scored for e in batch)
 
 
 def test_top_k_and_top_p_filtering():
@@ -245,7 +247,7 @@ def test_lora_decodes_merged_and_gives_the_trained_forwards_logprobs():
     before = [(w.data_ptr(), w.detach().clone()) for w in bases]
 
     def collect_and_check():
-        batch = agent.collect(four_turn_env(), num_episodes=3, seeds=[0, 1, 2], score=False)
+        batch = agent.collect(four_turn_env(), num_episodes=3, seeds=[0, 1, 2])
         assert len(agent.rollout.engine.merged.weights) == len(bases) == 4  # it decoded merged
         for e in batch:  # the engine's log-probs are the unmerged policy's, which the loss trains
             with torch.no_grad():
@@ -265,5 +267,5 @@ def test_lora_decodes_merged_and_gives_the_trained_forwards_logprobs():
     assert not torch.equal(agent.rollout.engine.merged.weights[0], merged)  # merged again from the new adapters
     config = PPOConfig(seed=0, engine={"merge_lora": False})  # off: it decodes through the adapters
     unmerged = PPOAgent(model, tokenizer=ByteTokenizer(), config=config)
-    unmerged.collect(four_turn_env(), num_episodes=1, seeds=[0], score=False)
+    unmerged.collect(four_turn_env(), num_episodes=1, seeds=[0])
     assert unmerged.rollout.engine.merged.weights == []

@@ -43,7 +43,7 @@ def collect(rollout, fault, num_episodes=8, seeds=(1,), checker=True, settings=N
     agent = agent_for(rollout=rollout_config, **config)
     envs = vector(rollout, fault, seeds, checker=checker)
     try:
-        return agent.collect(envs, num_episodes, seeds=list(range(num_episodes)), score=False)
+        return agent.collect(envs, num_episodes, seeds=list(range(num_episodes)))
     finally:
         envs.close()
 
@@ -121,7 +121,7 @@ def test_an_abandoned_step_holding_the_shared_rng_lock_does_not_stall_the_others
     assert len(batch) == 8 and batch.faults["timeouts"] == 1
     agent = agent_for(rollout={"step_timeout": 0.5})
     envs = vector("concurrent", "none")
-    assert len(agent.collect(envs, 4, score=False)) == 4  # later envs take a lock the stuck thread does not hold
+    assert len(agent.collect(envs, 4)) == 4  # later envs take a lock the stuck thread does not hold
     envs.close()
 
 
@@ -144,7 +144,7 @@ def test_an_async_vector_env_error_is_named():
     make = lambda: gym.make("faulty/Faulty-v0", fault="raise", seeds=None)  # noqa: E731
     envs = AsyncVectorEnv([make] * 2, shared_memory=False, autoreset_mode=AutoresetMode.SAME_STEP)
     with pytest.raises(EnvError, match=r"faulty/Faulty-v0.*the vector env raised ZeroDivisionError"):
-        agent.collect(envs, 2, score=False)
+        agent.collect(envs, 2)
     envs.close(terminate=True)
 
 

@@ -41,7 +41,7 @@ def test_a_fresh_env_whose_factory_hangs_is_an_error_not_a_stall():
     envs = ConcurrentVectorEnv([make] * 4, autoreset_mode=AutoresetMode.SAME_STEP)
     agent = agent_for(rollout={"step_timeout": 0.5})
     with pytest.raises(EnvError, match="making a fresh env did not return within 0.5 s"):  # not the test's timeout
-        agent.collect(envs, 4, seeds=[0, 1, 2, 3], score=False)
+        agent.collect(envs, 4, seeds=[0, 1, 2, 3])
 
 
 def test_a_close_that_hangs_returns(monkeypatch):
@@ -60,7 +60,7 @@ def test_abandoned_threads_do_not_pile_up_without_bound(monkeypatch):
     agent = agent_for()
     with pytest.raises(EnvError, match="more than 6.*the env hangs again and again"):
         for _ in range(10):
-            agent.collect(envs, 2, score=False)
+            agent.collect(envs, 2)
     assert len([t for t in core.STUCK if t.is_alive()]) <= 7
 
 

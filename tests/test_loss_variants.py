@@ -53,8 +53,8 @@ def test_sequence_level_ratio_is_the_mean_log_ratio_of_each_row():
     assert ratio[0, :2].tolist() == pytest.approx([float(s0)] * 2) and float(ratio[1, 0]) == pytest.approx(float(s1))
     assert float(loss) == pytest.approx(-(2 * float(s0) * 1 + float(s1) * 2) / 3)
     loss.backward()
-    # d/dlogp_t of -A s / 3 tokens, with s = exp(mean): -A s / (3 n_row), the same for each token of a row
-    assert logprobs.grad[0, :2].tolist() == pytest.approx([-float(s0) / 6] * 2)
+    # row 0 adds -2 A s0 / 3 (two tokens share s0 = exp(mean)); ds0/dlogp_t = s0 / 2: -A s0 / 3 for each
+    assert logprobs.grad[0, :2].tolist() == pytest.approx([-float(s0) / 3] * 2)
     assert logprobs.grad[0, 2] == 0 and float(logprobs.grad[1, 0]) == pytest.approx(-2 * float(s1) / 3)
 
 

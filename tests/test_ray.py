@@ -143,7 +143,7 @@ def test_a_step_that_hangs_in_an_actor_does_not_stall_the_next(ray_local):
     envs = RayVectorEnv([make] * 2, autoreset_mode=AutoresetMode.SAME_STEP, step_timeout=2)
     agent = PPOAgent(tiny_model(258, 256, n_layer=1, n_embd=32), tokenizer=ByteTokenizer(), config=PPOConfig())
     for seeds in ([0, 1], [4, 5], [2, 3]):  # the second one stalled for good
-        batch = agent.collect(envs, 2, seeds=seeds, score=False)
+        batch = agent.collect(envs, 2, seeds=seeds)
         assert [e.truncated for e in batch] == [False, seeds[1] in (1, 5)]
     envs.close()
 
@@ -191,9 +191,9 @@ def test_weights_reach_the_engine_actors_through_files(engine_agents):
             p.add_(torch.randn_like(p) * 0.3)
         remote.value_head.bias.fill_(0.5)
     envs = gym.make_vec("lmgym/Echo-v0", num_envs=4)
-    stale = remote.collect(envs, 4, score=False)
+    stale = remote.collect(envs, 4)
     remote.engine.sync_weights()
-    fresh = remote.collect(envs, 4, score=False)
+    fresh = remote.collect(envs, 4)
     for batch, close in ((stale, False), (fresh, True)):
         scored = [e for e in batch]
         for e in scored:

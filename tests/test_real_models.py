@@ -74,7 +74,7 @@ def test_token_exact_across_three_turns(family):
         gym.make("lmgym/Pipeline-v0", prompts=["Name a number."], transforms=notes, tokenizer=agent.tokenizer)
     )
     end_of_turn = env.end_of_turn
-    batch = agent.collect(env, num_episodes=3, seeds=[0, 1, 2], score=False)
+    batch = agent.collect(env, num_episodes=3, seeds=[0, 1, 2])
     for e in batch:
         assert len(e.turn_ends) == 3
         starts = [t for t in range(1, e.length) if e.action_mask[t] and not e.action_mask[t - 1]]
@@ -133,7 +133,7 @@ def test_task_library_envs_are_token_exact_in_a_chat_template(tmp_path, env_id, 
     env = make()
     played = agent.tokenizer.encode(move) + agent.tokenizer.encode(env.end_of_turn)  # a model that plays on
     agent.engine = Scripted(agent.engine, played)
-    batch = agent.collect(env, num_episodes=2, seeds=[0, 1], score=False)
+    batch = agent.collect(env, num_episodes=2, seeds=[0, 1])
     assert min(len(e.turn_ends) for e in batch) >= 2  # several turns: the game's replies are in the stream
     for e in batch:
         replay = make()  # the same seed and the sampled actions give the env's text back

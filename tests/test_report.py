@@ -77,8 +77,8 @@ def test_token_pieces_join_into_the_decoded_text(hf_tokenizer_dir):
 
 def test_episode_record_values_sit_on_action_tokens():
     e = Episode([1, 2, 3, 4, 5], [0, 1, 1, 0, 1], turn_ends=[2, 4], rewards=[0.0, 1.0], seed=3)
-    e.logprobs = e.ref_logprobs = e.values = e.advantages = torch.tensor([0, -1.0, -2.0, 0, -3.0])
-    r = episode_record(e, lmgym.ByteTokenizer(), update=5, kind="train")
+    e.logprobs = e.ref_logprobs = e.values = torch.tensor([0, -1.0, -2.0, 0, -3.0])
+    r = episode_record(e, lmgym.ByteTokenizer(), update=5, kind="train", advantages=e.values)
     assert r["logprob"] == [-1.0, -2.0, -3.0] and r["kl"] == [0.0, 0.0, 0.0] and r["adv"] == [-1.0, -2.0, -3.0]
     assert r["mask"] == [0, 1, 1, 0, 1] and r["update"] == 5 and r["return"] == 1.0 and r["ratio"] is None
 

@@ -145,6 +145,23 @@ def test_a_worked_example_and_the_final_answer_as_chat_models_write_it():
         gym.make("lmgym/ReasoningGym-v0", task="basic_arithmetic", answer_format="loose")
 
 
+@pytest.mark.skipif(not installed("reasoning_gym"), reason="pip install 'lmgym[reasoning-gym]'")
+def test_a_chat_models_answers_are_read_as_it_writes_them_by_default(tmp_path):
+    from transformers import AutoTokenizer
+
+    chat = AutoTokenizer.from_pretrained(build_chat_model("qwen2", tmp_path / "m"))
+    env = gym.make("lmgym/ReasoningGym-v0", task="basic_arithmetic", tokenizer=chat)
+    plain = gym.make("lmgym/ReasoningGym-v0", task="basic_arithmetic")  # the byte tokenizer: no chat template
+    assert env.unwrapped.answer_format == "final" and plain.unwrapped.answer_format == "tags"
+    for e in (env, plain):
+        e.reset(seed=3)
+        reply = f"Adding them up, the answer is {e.unwrapped.entry['answer']}."
+        info = e.step(e.unwrapped.tokenizer.encode(reply))[4]
+        assert info["correct"] is (e is env)  # prose is read for the chat model; the tags are asked of the other
+    tagged = gym.make("lmgym/ReasoningGym-v0", task="basic_arithmetic", tokenizer=chat, answer_format="tags")
+    assert tagged.unwrapped.answer_format == "tags"  # what the user says wins
+
+
 def lmgym_cli(*args):
     env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__)}
     return subprocess.run(

@@ -41,7 +41,7 @@ def collect(vec_class, overlap, generation_kwargs=None, group_size=None):
     envs = vec_class([make_env] * 4, autoreset_mode=AutoresetMode.SAME_STEP)
     torch.manual_seed(7)
     batch = agent.collect(
-        envs, 8, group_size=group_size, seeds=list(range(8)), generation_kwargs=generation_kwargs, score=False
+        envs, 8, group_size=group_size, seeds=list(range(8)), generation_kwargs=generation_kwargs
     )
     envs.close()
     return batch
@@ -96,7 +96,7 @@ def test_the_overlapped_rollout_does_not_wait_for_the_slowest_env():
         flush()
 
     agent.engine.flush = recording_flush
-    batch = agent.collect(envs, 4, seeds=[0, 1, 2, 3], score=False)
+    batch = agent.collect(envs, 4, seeds=[0, 1, 2, 3])
     assert all(len(e.turn_ends) == 3 for e in batch.episodes)
     # the envs that were not waiting on the slow step kept decoding while it ran
     assert any(sum(row) not in (0, 4) for row in feeds)

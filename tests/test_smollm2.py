@@ -76,7 +76,7 @@ def test_its_chat_template_is_token_exact_over_three_turns(loaded):
         gym.make("lmgym/Pipeline-v0", prompts=["Name a number."], transforms=notes, tokenizer=agent.tokenizer),
         system=SYSTEM,
     )
-    (e,) = agent.collect(env, num_episodes=1, seeds=[0], score=False)
+    (e,) = agent.collect(env, num_episodes=1, seeds=[0])
     assert len(e.turn_ends) == 3
     starts = [t for t in range(1, e.length) if e.action_mask[t] and not e.action_mask[t - 1]]
     actions = [e.tokens[s : end + 1].tolist() for s, end in zip(starts, e.turn_ends)]

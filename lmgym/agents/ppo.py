@@ -84,8 +84,9 @@ class PPOAgent:
         self.accelerator = Accelerator(mixed_precision=config.model.mixed_precision, gradient_accumulation_steps=steps)
         set_seed(config.seed + self.accelerator.process_index)
         model, self.tokenizer = prepare_model(model, tokenizer, config.model)
-        self.is_peft = hasattr(model, "disable_adapter") and ref_model is None
-        self.ref_model = None if self.is_peft else reference_model(model, ref_model, self.accelerator.device)
+        self.is_peft = hasattr(model, "disable_adapter")  # saved as its adapters and the name of their base
+        own_reference = ref_model is not None or not self.is_peft  # else the base with the adapters off
+        self.ref_model = reference_model(model, ref_model, self.accelerator.device) if own_reference else None
         self.policy, self.optimizer = place(PolicyWithValue(model), self.accelerator, config)
         device, rollout = self.accelerator.device, config.rollout
         module = self.accelerator.unwrap_model(self.policy)

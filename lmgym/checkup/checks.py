@@ -381,14 +381,13 @@ def env_contract(make_env: Callable[[], gym.Env] | None, tokenizer: Any, stops: 
 def cost(agent: Any, batch: Trajectories, collect_seconds: float, total_episodes: int | None) -> Check:
     """Memory before activations, and the seconds an update takes here: its collect (scaled from
     the doctor's batch) and a timed forward and backward pass over the batch (times the epochs)."""
-    from lmgym.agents.advantages import loss_inputs
     from lmgym.agents.models import format_memory
 
     config = agent.config
     agent.scorer(batch, with_reference=False)
-    targets = agent.compute_advantages(batch)
+    derived = agent.derive(batch)
     started = time.perf_counter()
-    padded = loss_inputs(batch, targets, config.tis_cap, agent.accelerator.device)
+    padded = derived.loss_inputs(config.tis_cap, agent.accelerator.device, config.mask_truncated)
     for lo in range(0, len(batch), config.mini_batch_size):
         rows = torch.arange(lo, min(len(batch), lo + config.mini_batch_size))
         loss, _ = agent.loss(padded.rows(rows, int(padded.attention_mask[rows].sum(-1).max())))

@@ -13,7 +13,7 @@ BARE = re.compile(r"[^\n<>]{1,40}")  # a reply that is nothing but a short answe
 BOXED = re.compile(r"\\boxed\{([^{}\n]*)\}")
 SAID = re.compile(r"\b(?:final answer|answer)\b[*\s]{0,3}(?:is\b\s*:?|:|=)", re.IGNORECASE)
 TRAILING_EQUALS = re.compile(r"=\s*([^=\n]+)$")
-ANSWER_FORMATS = ("tags", "final")
+ANSWER_FORMATS = ("auto", "tags", "final")
 EXAMPLE_INDEX = 2**31 - 1
 """The instance a worked example is drawn from (``example=True``): no training seed (below 2**30)
 or held-out seed (from 2**30) reaches it."""
@@ -60,6 +60,22 @@ def final_answer(text: str) -> str | None:
     return answer.replace("**", "").strip().strip("_").strip() or None
 
 
+def reading(answer_format: str, tokenizer: Any) -> str:
+    """``answer_format`` as the env reads it: ``"auto"`` is ``"final"`` for a chat model (its
+    tokenizer has a chat template), which writes its answer in prose, and ``"tags"`` otherwise.
+
+    Example:
+        >>> from lmgym.tokenizers import ByteTokenizer
+        >>> reading("auto", ByteTokenizer()), reading("tags", ByteTokenizer())
+        ('tags', 'tags')
+    """
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
+    if answer_format != "auto":
+        return answer_format
+    return "final" if getattr(getattr(tokenizer, "hf", None), "chat_template", None) else "tags"
+
+
 class ReasoningGymEnv(LMEnv):
     """A reasoning-gym task: one question per episode, scored by reasoning-gym itself.
 
@@ -73,7 +89,9 @@ class ReasoningGymEnv(LMEnv):
     bare answer (``No.``), as chat models write them (``extract_answer``). With
     ``answer_format="final"`` the answer is the reply's final one however a chat model wrote it
     (the last ``<answer>``, ``\\boxed{}``, ``the answer is X``, a trailing ``= X``:
-    ``final_answer``); with ``example=True`` the prompt starts with one worked example of the
+    ``final_answer``). ``"auto"`` (the default) reads ``"final"`` for a chat model (a tokenizer
+    with a chat template: zero-shot SmolLM2-135M-Instruct scored 0% reading tags on ``chain_sum``,
+    23% reading its final answer) and ``"tags"`` otherwise; with ``example=True`` the prompt starts with one worked example of the
     task (an instance no training or held-out seed reaches), which shows the answer's format.
 
     ## Action Space
@@ -104,7 +122,7 @@ class ReasoningGymEnv(LMEnv):
 
     ## Arguments
     ``gym.make("lmgym/ReasoningGym-v0", task="chain_sum", config={"min_terms": 2},
-    max_attempts=1, partial_credit=True, example=False, answer_format="tags", tokenizer=None)``;
+    max_attempts=1, partial_credit=True, example=False, answer_format="auto", tokenizer=None)``;
     ``lmgym list --tasks reasoning-gym`` names the tasks.
 
     ## Version History
@@ -123,7 +141,7 @@ class ReasoningGymEnv(LMEnv):
         max_attempts: int = 1,
         partial_credit: bool = True,
         example: bool = False,
-        answer_format: str = "tags",
+        answer_format: str = "auto",
         tokenizer: Any = None,
         render_mode: str | None = None,
         max_action_tokens: int | None = None,
@@ -134,9 +152,7 @@ class ReasoningGymEnv(LMEnv):
         check_name("reasoning-gym task", task, names, "reasoning-gym")
         if max_attempts < 0:
             raise ValueError(f"max_attempts must be >= 0, got {max_attempts}")
-        if answer_format not in ANSWER_FORMATS:
-            raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
-        self.example, self.answer_format = bool(example), answer_format
+        self.example, self.answer_format = bool(example), reading(answer_format, self.tokenizer)
         self.task, self.max_attempts, self.partial_credit = task, int(max_attempts), bool(partial_credit)
         self.config = {"seed": 0, **(config or {})}
         self.finite = "size" in self.config  # else one instance per seed, made at reset
