@@ -81,6 +81,7 @@ def test_collect_stores_sampled_tokens_and_masks_env_text():
 def test_logprobs_and_values_match_a_plain_forward_pass():
     agent = byte_agent(rollout={"generation_kwargs": {"temperature": 0.7}})
     batch = agent.collect(gym.make("lmgym/Echo-v0"), num_episodes=4)
+    agent.score(batch)  # fills the reference log-probs (the engine gave the others)
     model = agent.model
     for e in batch:
         logits = model(e.tokens[None]).logits
@@ -264,7 +265,7 @@ def test_rl_keeps_a_solved_task_solved_at_the_defaults():
         copy.deepcopy(fixed.model), fixed.tokenizer, config=PPOConfig.from_dict(fixed.config.to_dict())
     )
     before_fix.config.whiten_min_std = 1e-2
-    before_fix.init_value_head = lambda batch: None
+    before_fix.init_value_head = lambda batch: 0.0  # the head starts at 0: no shift
     envs = gym.make_vec("lmgym/Echo-v0", num_envs=32, tokenizer=fixed.tokenizer, **kwargs)
     curve = solved_task_run(fixed, envs)
     baseline = solved_task_run(before_fix, envs)
@@ -446,8 +447,10 @@ def test_peft_reference_is_the_base_with_adapters_off():
 
 def test_a_peft_model_with_its_own_reference_survives_a_save_and_load(tmp_path):
     peft = pytest.importorskip("peft")
-    base = tiny_model(258, 256, n_layer=1, n_embd=32)
-    base.save_pretrained(tmp_path / "base")
+    from transformers import AutoModelForCausalLM
+
+    tiny_model(258, 256, n_layer=1, n_embd=32).save_pretrained(tmp_path / "base")
+    base = AutoModelForCausalLM.from_pretrained(tmp_path / "base")  # its name_or_path: the base the save names
     model = peft.get_peft_model(base, peft.LoraConfig(r=4, target_modules=["c_attn"], fan_in_fan_out=True))
     reference = tiny_model(258, 256, n_layer=1, n_embd=32, seed=1)
     agent = PPOAgent(model, tokenizer=ByteTokenizer(), ref_model=reference, config=PPOConfig(learning_rate=1e-2))
@@ -487,3 +490,14 @@ def test_target_kl_stops_the_update_once_the_policy_has_moved_past_it():
     assert steps == {None: (8, None), 1e-6: (1, 1.0)}
     with pytest.raises(ValueError, match="target_kl must be positive"):
         PPOConfig(target_kl=0.0)
+
+
+def test_a_second_learn_to_the_same_target_says_there_is_nothing_left(capsys):
+    agent = byte_agent(episodes_per_update=2, mini_batch_size=2)
+    env = gym.make("lmgym/Echo-v0")
+    agent.learn(env, total_episodes=4, progress_bar=False)
+    assert agent.num_updates == 2 and "nothing left" not in capsys.readouterr().out
+    agent.learn(env, total_episodes=4, progress_bar=False)
+    assert agent.num_updates == 2 and "nothing left to train: 4 episodes done" in capsys.readouterr().out
+    agent.learn(env, total_episodes=6, progress_bar=False)
+    assert agent.num_updates == 3  # a larger target trains the difference

@@ -126,11 +126,12 @@ def test_an_inexact_engine_gets_importance_weights():
     engine.exact = False
     agent.engine = engine
     batch = agent.collect(gym.make("lmgym/Echo-v0"), num_episodes=2)
+    agent.score(batch)
     e = batch[0]
     assert e.sampler_logprobs[e.action_mask].tolist() == [-0.5, -0.5]
     # the trainer's own log-probs were computed by a forward pass, not taken from the engine
     assert not torch.allclose(e.logprobs[e.action_mask], torch.tensor([-0.5, -0.5]))
-    from lmgym.agents.advantages import importance_weights
+    from lmgym.agents.batch import importance_weights
 
     w = importance_weights(e, cap=2.0)
     expected = (e.logprobs - e.sampler_logprobs).exp().clamp(max=2.0)

@@ -122,7 +122,7 @@ def test_trajectories_to_html(tmp_path):
     agent = PPOAgent(tiny_gpt2(tokenizer, n_layer=1, n_embd=16), tokenizer, config=PPOConfig(seed=0))
     batch = agent.collect(gym.make("lmgym/Calculator-v0", tokenizer=tokenizer), num_episodes=2)
     agent.update(batch)
-    path = batch.to_html(tmp_path / "batch.html")
+    path = batch.to_html(tmp_path / "batch.html", advantages=agent.last_update.advantages)
     data = json.loads(re.search(r"const DATA = (.*);\n", path.read_text()).group(1))
     assert len(data["episodes"]) == 2 and all(len(e["colors"]) == sum(e["mask"]) for e in data["episodes"])
     assert any(c is not None for c in data["episodes"][0]["colors"])  # advantages from the update

@@ -380,7 +380,10 @@ class PPOAgent:
         resume_from: str | os.PathLike | None = None,
         progress_bar: bool = True,
     ) -> PPOAgent:
-        """Collects and updates until ``total_episodes`` episodes have been trained on.
+        """Collects and updates until ``total_episodes`` episodes have been trained on, counted
+        from the agent's start (a resumed checkpoint's included): a target, not a count to add (SB3's
+        ``learn`` adds), so that ``learn(envs, N, resume_from=...)`` ends where a run to N would. A
+        call whose target is already reached trains nothing and says so in one line.
 
         ``callbacks`` (``lmgym.agents.callbacks``): plain callables ``cb(agent, metrics)`` called
         after every update, or objects with any of ``on_collect(agent, batch)``,
@@ -396,6 +399,11 @@ class PPOAgent:
             resumed = self.load_training_state(resume_from, envs)
             if self.accelerator.is_main_process:
                 print(f"resumed from {resumed} (update {self.num_updates}, {self.num_episodes} episodes)")
+        if self.num_episodes >= total_episodes and self.accelerator.is_main_process:
+            print(
+                f"learn: nothing left to train: {self.num_episodes} episodes done, total_episodes={total_episodes} "
+                "(a target counted from the start: pass a larger one)"
+            )
         everything = user + run_callbacks(self, envs, total_episodes, user, log_dir, checkpoint_dir, progress_bar)
         sizes = batch_sizes(
             self.num_episodes, total_episodes, self.config.episodes_per_update, self.config.group_size or 1

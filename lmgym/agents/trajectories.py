@@ -267,16 +267,19 @@ class Trajectories:
         tokenizer: Tokenizer | None = None,
         title: str = "lmgym episodes",
         update: int = 0,
+        advantages: Sequence[torch.Tensor] | None = None,
     ) -> Path:
         """Writes these episodes as a self-contained HTML page (the ``lmgym view`` episode
-        viewer): each model token coloured by its advantage once ``update`` has seen it, with its
-        log-prob, value and KL on hover. ``tokenizer`` defaults to the one ``collect`` attached."""
+        viewer): each model token coloured by its advantage (``advantages``, one (T,) per episode:
+        ``agent.last_update.advantages`` after ``agent.update(batch)``), with its log-prob, value
+        and KL on hover. ``tokenizer`` defaults to the one ``collect`` attached."""
         from lmgym.report import report_data, write_html
 
         tokenizer = tokenizer or self.tokenizer
         if tokenizer is None:
             raise ValueError("to_html needs a tokenizer: pass tokenizer= (this batch was not made by collect)")
-        records = [episode_record(e, tokenizer, update, "batch") for e in self.episodes]
+        per_episode = advantages if advantages is not None else [None] * len(self)
+        records = [episode_record(e, tokenizer, update, "batch", advantages=a) for e, a in zip(self, per_episode)]
         return write_html(path, report_data(records, title=title))
 
     @property

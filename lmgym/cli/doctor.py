@@ -11,8 +11,9 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
+from lmgym.agents.config import ESTIMATORS
 from lmgym.cli.errors import Interrupted, RunError, UsageError, failure_line
-from lmgym.cli.options import add_config_flags, add_model_flags, add_tools_flag, check_inputs
+from lmgym.cli.options import add_config_flags, add_model_flags, add_tools_flag, check_inputs, json_only
 from lmgym.cli.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--seed", type=int, default=0)
     add_config_flags(p)
-    p.add_argument("--estimator", choices=["gae", "rloo", "grpo"], default=None)
+    p.add_argument("--estimator", choices=ESTIMATORS, default=None)
     p.set_defaults(func=doctor_command)
 
 
@@ -48,7 +49,8 @@ def doctor_command(args: argparse.Namespace) -> None:
     spec = RunSpec.from_args(args)
     check_inputs(spec)
     try:
-        report = examine(spec, args.groups)
+        with json_only(spec.json):
+            report = examine(spec, args.groups)
     except (UsageError, RunError):
         raise
     except KeyboardInterrupt as e:

@@ -16,6 +16,7 @@ from lmgym.cli.options import (
     add_tools_flag,
     check_inputs,
     close_within,
+    json_only,
     make_env,
     table,
     with_tools,
@@ -96,14 +97,14 @@ def evaluate_model(spec: RunSpec) -> None:
     set_threads(None)
     quiet_transformers()
     spec = dataclasses.replace(as_trained(spec), config=PPOConfig(seed=spec.seed))
-    agent = make_agent(spec)
-    check_chat_template(spec, agent.tokenizer)
-    samples = max(spec.samples, 1 if spec.sampled else 0)
-    envs = make_envs(spec, eval_envs_count(spec.num_envs, episodes, samples), agent.tokenizer)
-    if not spec.json:
+    with json_only(spec.json):
+        agent = make_agent(spec)
+        check_chat_template(spec, agent.tokenizer)
+        samples = max(spec.samples, 1 if spec.sampled else 0)
+        envs = make_envs(spec, eval_envs_count(spec.num_envs, episodes, samples), agent.tokenizer)
         wrapped = [f"tools {spec.tools}"] * bool(spec.tools) + ["its chat template"] * bool(spec.chat_template)
         print(f"{spec.env_id}{' with ' + ' and '.join(wrapped) if wrapped else ''}, {spec.env_kwargs or 'no env args'}")
-    stats = evaluate(agent, envs, episodes, greedy=True, progress=True, samples=samples)[0]
+        stats = evaluate(agent, envs, episodes, greedy=True, progress=True, samples=samples)[0]
     if spec.json:
         print(json.dumps(stats))
         return

@@ -4,10 +4,12 @@ hint, ``--env-arg KEY=VALUE`` parsing, the chat-model flags, and the ``PPOConfig
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
 import json
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -200,6 +202,12 @@ def check_inputs(spec: RunSpec) -> None:
             raise UsageError(f"--resume: {e}") from e
 
 
+def json_only(on: bool) -> contextlib.AbstractContextManager:
+    """With ``--json`` (``on``), what a command prints on the way (progress, notes, what it picked)
+    goes to stderr, so that stdout holds the one JSON document and nothing else."""
+    return contextlib.redirect_stdout(sys.stderr) if on else contextlib.nullcontext()
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
     """A plain text table, the first column left-aligned and the others right-aligned."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -222,6 +230,7 @@ __all__ = [
     "with_tools",
     "check_inputs",
     "close_within",
+    "json_only",
     "lmgym_ids",
     "make_env",
     "parse_kwargs",
