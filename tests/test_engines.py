@@ -162,9 +162,7 @@ def test_vllm_engine_fails_in_one_clear_line_without_vllm():
 
 def test_unsupported_generation_kwargs_go_to_model_generate():
     agent, _ = agent_pair()
-    batch = agent.collect(
-        gym.make("lmgym/Echo-v0"), num_episodes=2, generation_kwargs={"repetition_penalty": 1.3}
-    )
+    batch = agent.collect(gym.make("lmgym/Echo-v0"), num_episodes=2, generation_kwargs={"repetition_penalty": 1.3})
     assert not any(e.scored for e in batch)  # model.generate gave no log-probs: collect leaves them to update
     agent.score(batch)
     assert all(e.scored for e in batch)

@@ -9,6 +9,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).parent.parent / "lmgym"
 MAX_FILE_LINES, MAX_FUNCTION_LINES = 500, 60
+LONGER = {"lmgym.agents.ppo": 600}  # one PPO iteration, whole in one file (DESIGN.md)
 
 
 def modules():
@@ -39,7 +40,7 @@ def graph():
 def test_files_and_functions_stay_readable():
     long_files, long_functions = [], []
     for name, path, tree in modules():
-        if len(path.read_text().splitlines()) > MAX_FILE_LINES:
+        if len(path.read_text().splitlines()) > LONGER.get(name, MAX_FILE_LINES):
             long_files.append(name)
         for node in ast.walk(tree):
             is_function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))

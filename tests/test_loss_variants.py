@@ -13,7 +13,6 @@ from helpers import tiny_model
 import lmgym  # noqa: F401
 from lmgym.agents import PPOAgent, PPOConfig
 from lmgym.agents.advantages import group_advantages
-from lmgym.agents.batch import UpdateBatch
 from lmgym.agents.loss import aggregate, clipped_policy_loss
 from lmgym.agents.trajectories import Episode, Trajectories
 from lmgym.tokenizers import ByteTokenizer
@@ -102,13 +101,20 @@ def multi_turn_episode(rewards, truncated=False, budget_cut=False, group=0):
     mask = [False, True, True, False, True, True, True][: 3 + 3 * (len(rewards) > 1) + (len(rewards) > 1)]
     tokens = torch.arange(65, 65 + len(mask))
     ends = [i for i in range(len(mask)) if mask[i] and (i + 1 == len(mask) or not mask[i + 1])]
-    return Episode(tokens, mask, ends, rewards, truncated=truncated, terminated=not truncated,
-                   budget_cut=budget_cut, group=group)
+    return Episode(
+        tokens, mask, ends, rewards, truncated=truncated, terminated=not truncated, budget_cut=budget_cut, group=group
+    )
 
 
 def test_mask_truncated_leaves_cut_episodes_out_of_the_policy_loss():
-    batch = Trajectories([multi_turn_episode([0.0, 1.0]), multi_turn_episode([0.0, 0.0], truncated=True),
-                          multi_turn_episode([1.0], budget_cut=True), multi_turn_episode([0.0])])
+    batch = Trajectories(
+        [
+            multi_turn_episode([0.0, 1.0]),
+            multi_turn_episode([0.0, 0.0], truncated=True),
+            multi_turn_episode([1.0], budget_cut=True),
+            multi_turn_episode([0.0]),
+        ]
+    )
     agent = agent_for(mask_truncated=True)
     agent.score(batch)
     inputs = agent.derive(batch).loss_inputs(2.0, torch.device("cpu"), mask_truncated=True)
@@ -143,8 +149,9 @@ def test_each_variant_trains_single_and_multi_turn_episodes():
 def test_dapo_divides_by_the_optimizer_steps_tokens_and_dr_grpo_by_a_constant():
     episodes = [multi_turn_episode([0.0, float(i % 2)], group=i // 2) for i in range(4)]  # 5 action tokens each
     batch = Trajectories(episodes, turn_budget=8)
-    agent = agent_for(estimator="grpo", group_size=2, n_epochs=1, mini_batch_size=1, gradient_accumulation_steps=2,
-                      loss_type="dapo")
+    agent = agent_for(
+        estimator="grpo", group_size=2, n_epochs=1, mini_batch_size=1, gradient_accumulation_steps=2, loss_type="dapo"
+    )
     agent.score(batch)
     inputs = agent.derive(batch).loss_inputs(2.0, torch.device("cpu"))
     # two minibatches of one episode per optimizer step: 10 tokens, over 2 accumulation steps (accelerate divides by 2)
@@ -155,10 +162,12 @@ def test_dapo_divides_by_the_optimizer_steps_tokens_and_dr_grpo_by_a_constant():
 
 def test_dynamic_sampling_drops_flat_groups_and_collects_more():
     agent = agent_for(estimator="rloo", group_size=2, dynamic_sampling=True, dynamic_sampling_max_collects=2)
-    collects = iter([
-        [multi_turn_episode([r], group=g) for r, g in [(1.0, 0), (1.0, 0), (0.0, 1), (1.0, 1)]],  # group 0 flat
-        [multi_turn_episode([r], group=g) for r, g in [(0.0, 0), (0.0, 0), (1.0, 1), (0.0, 1)]],  # group 0 flat
-    ])
+    collects = iter(
+        [
+            [multi_turn_episode([r], group=g) for r, g in [(1.0, 0), (1.0, 0), (0.0, 1), (1.0, 1)]],  # group 0 flat
+            [multi_turn_episode([r], group=g) for r, g in [(0.0, 0), (0.0, 0), (1.0, 1), (0.0, 1)]],  # group 0 flat
+        ]
+    )
     asked = []
 
     def collect(envs, n, *args, **kwargs):
@@ -176,24 +185,52 @@ def test_the_variants_are_train_flags():
     from lmgym.cli import build_parser
     from lmgym.cli.spec import RunSpec, nested
 
-    args = build_parser().parse_args([
-        "train", "lmgym/Echo-v0", "--estimator", "grpo", "--loss-type", "dapo", "--clip-range-high", "0.28",
-        "--importance-sampling-level", "sequence", "--scale-rewards", "none", "--dynamic-sampling", "true",
-        "--mask-truncated", "true", "--credit", "episode", "--reward-control", "shuffle",
-    ])
+    args = build_parser().parse_args(
+        [
+            "train",
+            "lmgym/Echo-v0",
+            "--estimator",
+            "grpo",
+            "--loss-type",
+            "dapo",
+            "--clip-range-high",
+            "0.28",
+            "--importance-sampling-level",
+            "sequence",
+            "--scale-rewards",
+            "none",
+            "--dynamic-sampling",
+            "true",
+            "--mask-truncated",
+            "true",
+            "--credit",
+            "episode",
+            "--reward-control",
+            "shuffle",
+        ]
+    )
     spec = RunSpec.from_args(args)
     config = PPOConfig(estimator="grpo", **nested(spec.settings))
     assert (config.loss_type, config.clip_range_high, config.importance_sampling_level) == ("dapo", 0.28, "sequence")
     assert (config.scale_rewards, config.dynamic_sampling, config.mask_truncated) == ("none", True, True)
     assert (config.credit, config.reward_control) == ("episode", "shuffle")
-    bad = subprocess.run([sys.executable, "-m", "lmgym.cli", "train", "lmgym/Echo-v0", "--loss-type", "sapo"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "lmgym.cli", "train", "lmgym/Echo-v0", "--loss-type", "sapo"],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "loss_type must be one of" in bad.stderr
 
 
 def test_gym_env_smoke_with_dapo_and_dynamic_sampling():
-    agent = agent_for(estimator="grpo", group_size=2, loss_type="dapo", dynamic_sampling=True, episodes_per_update=4,
-                      mini_batch_size=4)
+    agent = agent_for(
+        estimator="grpo",
+        group_size=2,
+        loss_type="dapo",
+        dynamic_sampling=True,
+        episodes_per_update=4,
+        mini_batch_size=4,
+    )
     envs = gym.make_vec("lmgym/Echo-v0", num_envs=4, vectorization_mode="sync")
     agent.learn(envs, total_episodes=4, progress_bar=False)
     assert agent.num_updates == 1

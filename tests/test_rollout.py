@@ -40,9 +40,7 @@ def collect(vec_class, overlap, generation_kwargs=None, group_size=None):
     agent = PPOAgent(copy.deepcopy(model), tokenizer=ByteTokenizer(), config=config)
     envs = vec_class([make_env] * 4, autoreset_mode=AutoresetMode.SAME_STEP)
     torch.manual_seed(7)
-    batch = agent.collect(
-        envs, 8, group_size=group_size, seeds=list(range(8)), generation_kwargs=generation_kwargs
-    )
+    batch = agent.collect(envs, 8, group_size=group_size, seeds=list(range(8)), generation_kwargs=generation_kwargs)
     envs.close()
     return batch
 

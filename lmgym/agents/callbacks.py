@@ -222,9 +222,10 @@ class NoSignal(Callback):
     """Says when a batch gives RL nothing to learn from: every episode returned the same (no reward
     at all, say); for a group estimator, every group's episodes did (GRPO and RLOO advantages are
     then all 0); or no episode succeeded while the returns vary only by partial credit for a final
-    answer (reasoning-gym's, GEM's, TextArena's), which reinforces noise. The first such batch of a run gets one line saying what would help; after
-    ``patience`` such batches in a row the run stops (``stopped`` says why) instead of spending
-    its budget on nothing (``patience=None``: it never stops)."""
+    answer (reasoning-gym's, GEM's, TextArena's), which reinforces noise. The first such batch of
+    a run gets one line saying what would help; after ``patience`` such batches in a row the run
+    stops (``stopped`` says why) instead of spending its budget on nothing (``patience=None``: it
+    never stops)."""
 
     def __init__(self, patience: int | None = 3, say: Callable[[str], Any] = print):
         self.patience, self.say = patience, say

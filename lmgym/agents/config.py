@@ -356,7 +356,8 @@ class PPOConfig:
             raise ValueError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
         if self.kl_penalty not in ("reward", "loss"):
             raise ValueError(f"kl_penalty must be 'reward' or 'loss', got {self.kl_penalty!r}")
-        choices = [("loss_type", LOSS_TYPES), ("importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)]
+        choices: list[tuple[str, tuple[str | None, ...]]] = [("loss_type", LOSS_TYPES)]
+        choices += [("importance_sampling_level", IMPORTANCE_SAMPLING_LEVELS)]
         choices += [("credit", CREDITS), ("scale_rewards", (None, *SCALE_REWARDS))]
         choices += [("reward_control", (None, *REWARD_CONTROLS))]
         for name, allowed in choices:

@@ -32,7 +32,7 @@ class LossInputs(NamedTuple):
 
     def rows(self, rows: torch.Tensor, width: int) -> LossInputs:
         """The minibatch of episodes ``rows``, cut to ``width`` positions."""
-        cut = [v[rows, :width] if isinstance(v, torch.Tensor) else v for v in self]
+        cut: list = [v[rows, :width] if isinstance(v, torch.Tensor) else v for v in self]
         return LossInputs(*cut)
 
 
@@ -82,7 +82,9 @@ def clipped_policy_loss(
     return aggregate(losses, mask, loss_type, normalizer), ratio, log_ratio
 
 
-def aggregate(losses: torch.Tensor, mask: torch.Tensor, loss_type: str = "bnpo", normalizer: float | None = None) -> torch.Tensor:
+def aggregate(
+    losses: torch.Tensor, mask: torch.Tensor, loss_type: str = "bnpo", normalizer: float | None = None
+) -> torch.Tensor:
     """The policy loss of a minibatch from its per-token losses (B, T) over ``mask``, by
     ``PPOConfig.loss_type``: ``bnpo``, the mean over the minibatch's tokens; ``grpo``, each row's
     token mean, then the mean over rows; ``dapo``, ``cispo`` and ``dr_grpo``, the token sum over
@@ -143,4 +145,13 @@ def minibatch_rows(n: int, size: int, epochs: int) -> Iterator[torch.Tensor]:
         yield from (order[lo : lo + size] for lo in range(0, n, size))
 
 
-__all__ = ["LossInputs", "aggregate", "approx_kl", "minibatch_rows", "clipped_policy_loss", "k3_kl", "masked_mean", "value_loss"]
+__all__ = [
+    "LossInputs",
+    "aggregate",
+    "approx_kl",
+    "minibatch_rows",
+    "clipped_policy_loss",
+    "k3_kl",
+    "masked_mean",
+    "value_loss",
+]

@@ -193,12 +193,17 @@ class PPOAgent:
         cfg = self.config
         turns = trained_rewards(batch.episodes, cfg.credit, cfg.reward_control, seed=[cfg.seed, self.num_updates])
         coef = self.kl_controller.value if cfg.kl_penalty == "reward" else 0.0
-        kls = [torch.where(e.action_mask, e.logprobs - e.ref_logprobs, 0.0) for e in batch]  # (T,) each
+        assert all(e.scored for e in batch), "score() fills the log-probs"
+        kls = [torch.where(e.action_mask, e.logprobs - e.ref_logprobs, 0.0) for e in batch]  # type: ignore[operator]
         rewards = [token_rewards(e, r, kl, coef) for e, r, kl in zip(batch, turns, kls)]
         return turns, rewards, torch.stack([k.sum() for k in kls])
 
     def compute_advantages(
-        self, batch: Trajectories, rewards: Sequence[torch.Tensor], values: Sequence[torch.Tensor], bootstraps: Sequence[float]
+        self,
+        batch: Trajectories,
+        rewards: Sequence[torch.Tensor],
+        values: Sequence[torch.Tensor],
+        bootstraps: Sequence[float],
     ) -> tuple[list[torch.Tensor], list[torch.Tensor], float]:
         """Advantages and returns (T,) per episode from per-token ``rewards`` and ``values``, by
         ``config.estimator`` (``scale_rewards`` for the group ones), whitened across the batch's

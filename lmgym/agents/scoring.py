@@ -48,7 +48,11 @@ class Scorer:
 
     @torch.no_grad()
     def __call__(
-        self, episodes: Iterable[Episode], with_reference: bool = True, version: int | None = None, max_staleness: int = 1
+        self,
+        episodes: Iterable[Episode],
+        with_reference: bool = True,
+        version: int | None = None,
+        max_staleness: int = 1,
     ) -> None:
         """Fills what each unscored episode lacks: old log-probs and values (the HF engine's decode
         loop already gave them), the value after a truncated episode's last token, and reference
@@ -59,8 +63,8 @@ class Scorer:
         is scored anew under the current policy; one more than ``max_staleness`` versions old is
         refused (``ValueError``)."""
         episodes = list(episodes)
-        for e in episodes if version is not None else ():
-            if e.versions is None or not e.action_mask.any():
+        for e in episodes:
+            if version is None or e.versions is None or not e.action_mask.any():
                 continue
             age = version - int(e.versions[e.action_mask].min())
             if age > max_staleness:

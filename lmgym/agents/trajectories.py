@@ -6,7 +6,7 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,7 +210,7 @@ class Trajectories:
         self,
         episodes: list[Episode],
         tokenizer: Tokenizer | None = None,
-        faults: dict[str, float] | None = None,
+        faults: Mapping[str, float] | None = None,
         turn_budget: int | None = None,
     ):
         self.episodes = list(episodes)
@@ -247,7 +247,8 @@ class Trajectories:
         in the others: DAPO's dynamic sampling keeps these).
 
         Example:
-            >>> b = Trajectories([Episode([0, 1], [False, True], [1], [r], group=g) for r, g in [(1, 0), (0, 0), (1, 1), (1, 1)]])
+            >>> pairs = [(1, 0), (0, 0), (1, 1), (1, 1)]  # (return, group)
+            >>> b = Trajectories([Episode([0, 1], [False, True], [1], [r], group=g) for r, g in pairs])
             >>> [e.group for e in b.varied_groups()]
             [0, 0]
         """

@@ -91,8 +91,9 @@ class ReasoningGymEnv(LMEnv):
     (the last ``<answer>``, ``\\boxed{}``, ``the answer is X``, a trailing ``= X``:
     ``final_answer``). ``"auto"`` (the default) reads ``"final"`` for a chat model (a tokenizer
     with a chat template: zero-shot SmolLM2-135M-Instruct scored 0% reading tags on ``chain_sum``,
-    23% reading its final answer) and ``"tags"`` otherwise; with ``example=True`` the prompt starts with one worked example of the
-    task (an instance no training or held-out seed reaches), which shows the answer's format.
+    23% reading its final answer) and ``"tags"`` otherwise. With ``example=True`` the prompt
+    starts with one worked example of the task (an instance no training or held-out seed
+    reaches), which shows the answer's format.
 
     ## Action Space
     ``TokenSequence(vocab_size, max_action_tokens=64)``.
