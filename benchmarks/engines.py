@@ -5,7 +5,7 @@ Both engines collect the same episodes' worth of ``lmgym/Calculator-v0`` (4 turn
 4-layer Llama of width 128 over bytes, untrained, so most turns run to the budget) or ``--model DIR`` (a
 Hugging Face directory with its tokenizer, e.g. the plain copy of SmolLM2 that ``lmgym`` caches
 under ``~/.cache/lmgym/gguf/``). For each engine it prints the start-up time, the median over
-``--reps`` of a ``collect`` as training runs it (``score=True``: the vLLM engine's episodes need
+``--reps`` of a ``collect`` and its scoring as an update runs them (the vLLM engine's episodes need
 the trainer's forward for log-probs and values; the HF engine's decode loop gives them), the
 generated tokens/s, and for vLLM the time of one ``sync_weights``. Rounds are interleaved
 (HF, vLLM, HF, ...).
@@ -75,6 +75,7 @@ def main() -> None:
             torch.manual_seed(rep)
             start = time.perf_counter()
             batch = agent.collect(envs, args.episodes)
+            agent.score(batch)
             times[engine].append(time.perf_counter() - start)
             tokens[engine].append(sum(e.num_action_tokens for e in batch))
     vllm_agent = agents["vllm"][0]

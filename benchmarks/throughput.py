@@ -123,7 +123,7 @@ def turns(args: argparse.Namespace) -> None:
         for rep in range(args.reps + 1):
             for reuse, agent in agents.items():
                 torch.manual_seed(rep)
-                t = timed(lambda a=agent, e=envs: a.collect(e, args.num_envs, score=False))
+                t = timed(lambda a=agent, e=envs: a.collect(e, args.num_envs))
                 if rep:  # the first round warms up
                     times[reuse].append(1000 * t / args.num_envs)
         cached, fresh = statistics.median(times[True]), statistics.median(times[False])

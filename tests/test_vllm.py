@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from lmgym.agents import PPOAgent, PPOConfig
-from lmgym.agents.advantages import importance_weights
+from lmgym.agents.batch import importance_weights
 from lmgym.agents.warmstart import tiny_llama
 from lmgym.core import LMEnv, action_length
 from lmgym.tokenizers import ByteTokenizer
@@ -97,6 +97,7 @@ def test_importance_weights_are_one_for_an_unchanged_policy_at_temperature_07(ag
         batch = agent.collect(gym.make("lmgym/Echo-v0", tokenizer=TOK), num_episodes=8)
     finally:
         agent.config.generation_kwargs = {}
+    agent.score(batch)  # the trainer's log-probs, beside vLLM's
     for e in batch:
         w = importance_weights(e, cap=2.0)[e.action_mask]
         assert len(w) > 0 and (w - 1).abs().max().item() < 1e-2
