@@ -13,7 +13,7 @@ import tomllib
 from helpers import build_chat_model
 
 ROOT = pathlib.Path(__file__).parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts)]
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]

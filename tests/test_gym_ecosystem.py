@@ -22,7 +22,8 @@ def make_token_level(env_id="lmgym/Echo-v0", **kwargs):
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_token_level_passes_both_checkers(env_id):
-    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+    sb3 = pytest.importorskip("stable_baselines3", reason="pip install 'lmgym[sb3]'")
+    sb3_check_env = sb3.common.env_checker.check_env
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -65,6 +66,8 @@ def uniform_random_return(env, episodes=200, seed=0):
 @pytest.mark.slow
 def test_sb3_ppo_learns_token_level_echo():
     import torch
+
+    pytest.importorskip("stable_baselines3", reason="pip install 'lmgym[sb3]'")
     from stable_baselines3 import PPO
     from stable_baselines3.common.evaluation import evaluate_policy
 
@@ -87,6 +90,7 @@ def test_sb3_ppo_learns_token_level_echo():
 
 
 def test_sb3_vec_envs_step_whole_episodes():
+    pytest.importorskip("stable_baselines3", reason="pip install 'lmgym[sb3]'")
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecMonitor
 
     for cls in (DummyVecEnv, SubprocVecEnv):

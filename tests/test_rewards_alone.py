@@ -210,3 +210,13 @@ def test_a_run_without_signal_says_so_and_stops_without_spending_its_budget(tmp_
     (stop,) = [x for x in result.stdout.splitlines() if x.startswith("stopped after ")]
     assert stop.startswith("stopped after 32 episodes: 3 batches in a row")  # the third is not trained on
     assert "--allow-no-signal" in stop
+
+
+def test_a_run_from_rewards_alone_sizes_itself_to_enough_updates():
+    from lmgym.agents.defaults import PURE_RL_MIN_UPDATES
+    from lmgym.cli.train import budget_episodes
+
+    agent = type("A", (), {"config": PPOConfig(episodes_per_update=64)})()
+    assert budget_episodes(agent, 300.0, 20 * 60, eval_every=0) == 4 * 64  # 20 minutes hold 4 updates of 5
+    assert budget_episodes(agent, 300.0, 20 * 60, eval_every=0, least=PURE_RL_MIN_UPDATES) == 8 * 64
+    assert budget_episodes(agent, 60.0, 20 * 60, eval_every=0, least=PURE_RL_MIN_UPDATES) == 20 * 64  # more fit

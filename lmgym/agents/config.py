@@ -146,8 +146,8 @@ class ModelConfig:
     """How the model is held and trained: adapters, precision, memory."""
 
     peft_config: dict[str, Any] | None = None
-    """LoRA adapters through peft, e.g. ``{"r": 16, "lora_alpha": 32, "target_modules": ["q_proj",
-    "v_proj"]}`` (a ``peft.LoraConfig`` is accepted too); ``target_modules`` defaults to every
+    """LoRA adapters through peft, e.g.
+    ``{"r": 16, "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"]}`` (a ``peft.LoraConfig`` is accepted too); ``target_modules`` defaults to every
     linear layer. The reference policy is then the base with adapters off (no copy)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% slower on the update)."""

@@ -51,7 +51,7 @@ PURE_RL_CONFIG: dict[str, Any] = {
     "rollout": {"generation_kwargs": {"temperature": 0.7}},  # at 1, SmolLM2's samples succeeded a third as often
 }
 """PPOConfig overrides for a pretrained model trained from rewards alone (no oracle to warm-start
-from, or ``--warmstart-steps 0``), with LoRA: measured in docs/tasks.md ("From rewards alone")."""
+from, or ``--warmstart-steps 0``), with LoRA: measured in docs/results/rewards-alone.md."""
 PURE_RL_MODEL: dict[str, Any] = {"gradient_checkpointing": True, "forward_batch_size": 8}
 """The pure-RL recipe's model settings: with them its update peaked at 5.5 GiB instead of 14 (SmolLM2-135M,
 replies of up to 168 tokens, 2 cores), no slower."""
@@ -59,6 +59,10 @@ PURE_RL_PROBE_TOKENS = 256
 """The turn budget the pure-RL recipe samples the model's own replies with, before it sizes its own."""
 PRETRAINED_LORA: dict[str, Any] = {"r": 16}
 PRETRAINED_WARMSTART_STEPS = 30
+PURE_RL_MIN_UPDATES = 8
+"""The fewest updates a run from rewards alone sizes itself to, past ``PRETRAINED_MINUTES`` where
+they do not fit: every such run in the docs that learned took 6-10 updates, and the README's
+command typed as is, sized to 20 minutes, got 4 (SmolLM2-135M on ``chain_sum``, 2 cores)."""
 PRETRAINED_MINUTES = 20
 """Minutes of training (updates and their evaluations) ``lmgym train --model`` sizes its episode
 budget to when ``--episodes`` is not given (from the first update's time on this machine): the
@@ -106,6 +110,9 @@ class Recipe:
                 f"max_episode_steps {self.max_episode_steps}" if self.max_episode_steps else "the env's turn limit",
                 f"{self.episodes} episodes"
                 if self.episodes
+                else f"episodes: at least {PURE_RL_MIN_UPDATES} updates, more where they fit {PRETRAINED_MINUTES} "
+                "min here (the time is said after the first update)"
+                if self.pure
                 else f"episodes: what fits about {PRETRAINED_MINUTES} min here, sized from the first update",
             ]
         )
@@ -213,6 +220,7 @@ __all__ = [
     "PRETRAINED_CONFIG",
     "PRETRAINED_LORA",
     "PRETRAINED_MINUTES",
+    "PURE_RL_MIN_UPDATES",
     "PRETRAINED_WARMSTART_STEPS",
     "PURE_RL_CONFIG",
     "PURE_RL_MODEL",

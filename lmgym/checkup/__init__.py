@@ -2,7 +2,7 @@
 
 ``doctor(agent, envs)`` plays a small batch (a few groups, sampled; a few held-out episodes,
 greedy) through the agent's own engine and reports one line per check, with the figure it
-measured, PASS / WARN / FAIL, and what to do about a failure (``docs/doctor.md`` says what each
+measured, PASS / WARN / FAIL, and what to do about a failure (``docs/guides/doctor.md`` says what each
 catches):
 
 - ``loss mask``: exactly the tokens the engine sampled are trained, no env, tool or template token;

@@ -1,4 +1,4 @@
-"""The doctor's checks (``lmgym.checkup`` says what each one is for; ``docs/doctor.md`` what it catches)."""
+"""The doctor's checks (``lmgym.checkup`` says what each one is for; ``docs/guides/doctor.md`` what it catches)."""
 
 from __future__ import annotations
 

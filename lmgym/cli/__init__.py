@@ -1,5 +1,5 @@
-"""The ``lmgym`` command: ``list``, ``play``, ``view``, ``train``, ``eval``, ``doctor``, ``rescore``
-and ``export``.
+"""The ``lmgym`` command: ``list``, ``play``, ``view``, ``train``, ``eval``, ``doctor``, ``rescore``,
+``export`` and ``docs``.
 
 One module per command (``envs``: list and play; ``view``; ``train``; ``evaluate``; ``export``),
 ``options`` for what they share (``UsageError``: bad input, one line, exit status 2),
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 import lmgym
-from lmgym.cli import doctor, envs, evaluate, export, rescore, train, view
+from lmgym.cli import docs, doctor, envs, evaluate, export, rescore, train, view
 from lmgym.cli.errors import RunError, UsageError
 from lmgym.cli.options import import_env_module
 from lmgym.cli.spec import parse_kwargs
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_parser(sub)
     rescore.add_parser(sub)
     export.add_parser(sub)
+    docs.add_parser(sub)
     return parser
 
 

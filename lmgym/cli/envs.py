@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -25,7 +26,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("env_id")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--repeat", action="store_true", help="start a new episode after each one")
-    p.add_argument("kwargs", nargs="*", metavar="KEY=VALUE", help="gym.make arguments")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="gym.make argument")
+    p.add_argument("kwargs", nargs="*", metavar="KEY=VALUE", help="(old form, warns) gym.make arguments: use --env-arg")
     add_tools_flag(p)
     p.set_defaults(func=cmd_play)
 
@@ -67,7 +69,11 @@ def cmd_list(args: argparse.Namespace) -> None:
 
 
 def cmd_play(args: argparse.Namespace, read: Any = input) -> None:
-    env = with_tools(make_env(args.env_id, **parse_kwargs(args.kwargs)), args.tools)
+    if args.kwargs:
+        print(
+            f"note: lmgym play's positional KEY=VALUE is the old form: use --env-arg {args.kwargs[0]}", file=sys.stderr
+        )
+    env = with_tools(make_env(args.env_id, **parse_kwargs([*args.kwargs, *args.env_arg])), args.tools)
     tokenizer = env.get_wrapper_attr("tokenizer")
     seed = args.seed
     while True:

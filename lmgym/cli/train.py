@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmgym.agents.config import ESTIMATORS
-from lmgym.agents.defaults import PRETRAINED_MINUTES
+from lmgym.agents.defaults import PRETRAINED_MINUTES, PURE_RL_MIN_UPDATES
 from lmgym.cli.errors import Interrupted, RunError, UsageError, failure_line
 from lmgym.cli.evaluate import eval_envs_count
 from lmgym.cli.options import (
@@ -182,7 +182,7 @@ def run(spec: RunSpec, built: dict[str, Any], started: float) -> None:
         print(f"held-out greedy success {before[0]['success']:.1%} is at --stop-at-success already: no training")
         after = before
     else:
-        after = learn(spec, agent, envs, eval_envs)
+        after = learn(spec, agent, envs, eval_envs, PURE_RL_MIN_UPDATES if recipe and recipe.pure else 2)
     write_outputs(spec, agent, before, after)
     report(spec, agent, before[0], after[0], time.perf_counter() - started)
 
@@ -270,9 +270,9 @@ def evaluate_before(spec: RunSpec, agent: PPOAgent, eval_envs: VectorEnv) -> Eva
     return before
 
 
-def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv) -> Evaluation:
+def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv, least: int = 2) -> Evaluation:
     """PPO for ``--episodes`` (``None``: as many as fit ``PRETRAINED_MINUTES`` here, sized from the
-    first update), evaluated every ``--eval-every`` updates, ending early at ``--stop-at-success``;
+    first update, at least ``least`` updates), evaluated every ``--eval-every`` updates, ending early at ``--stop-at-success``;
     the final evaluation. The first update is timed, and the run's time estimated from it."""
     from lmgym.agents.callbacks import Evaluator, NoSignal, StopAtSuccess
     from lmgym.agents.evaluation import evaluate
@@ -288,7 +288,7 @@ def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv)
     first = agent.num_episodes + agent.config.episodes_per_update
     learn_to(total_episodes=first if target is None else min(first, target), callbacks=first_callbacks)
     if target is None:
-        target = budget_episodes(agent, timer.seconds, PRETRAINED_MINUTES * 60, spec.eval_every)
+        target = budget_episodes(agent, timer.seconds, PRETRAINED_MINUTES * 60, spec.eval_every, least)
         evaluator.total_episodes = target
         print(f"episode budget: {target} ({describe_budget(agent, target, timer.seconds)}; --episodes N to choose)")
     elif agent.num_episodes < target:
@@ -311,12 +311,14 @@ class FirstUpdate:
             self.seconds = float(metrics.get("time/collect", 0.0) + metrics.get("time/update", 0.0))
 
 
-def budget_episodes(agent: PPOAgent, update_seconds: float, seconds: float, eval_every: int) -> int:
+def budget_episodes(agent: PPOAgent, update_seconds: float, seconds: float, eval_every: int, least: int = 2) -> int:
     """Episodes that fit ``seconds`` of training at ``update_seconds`` an update, whole updates, at
-    least 2 and at most ``DEFAULT_EPISODES`` (an evaluation every ``eval_every`` updates costs
-    about a third of an update)."""
+    least ``least`` and at most ``DEFAULT_EPISODES`` (an evaluation every ``eval_every`` updates
+    costs about a third of an update)."""
     per_update = update_seconds * (1 + (1 / 3 if eval_every else 0) / max(1, eval_every))
-    updates = max(2, min(int(seconds // max(per_update, 1e-9)), DEFAULT_EPISODES // agent.config.episodes_per_update))
+    updates = max(
+        least, min(int(seconds // max(per_update, 1e-9)), DEFAULT_EPISODES // agent.config.episodes_per_update)
+    )
     return updates * agent.config.episodes_per_update
 
 

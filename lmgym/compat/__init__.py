@@ -2,18 +2,18 @@
 
 Each library is an optional extra, imported only when one of its envs is made:
 
-=====================  ===========================  ==================================================
-id                     extra                        what it wraps
-=====================  ===========================  ==================================================
-lmgym/ReasoningGym-v0  ``lmgym[reasoning-gym]``     any ``reasoning_gym.create_dataset`` task
-lmgym/TextArena-v0     ``lmgym[textarena]``         TextArena games, single- and two-player
-lmgym/GEM-v0           ``lmgym[gem]``               GEM envs (``lmgym.compat.gem.make(env_id)``)
-lmgym/TextWorld-v0     ``lmgym[textworld]``         TextWorld's generated games (``tw-simple``, ...)
-lmgym/TextWorldExpress ``lmgym[textworld]``         TextWorld Express games (``-v0``)
-lmgym/ScienceWorld-v0  ``lmgym[scienceworld]``      ScienceWorld's 30 science tasks
-lmgym/SkyRL-v0         ``lmgym[skyrl]``             skyrl-gym envs, or your own ``BaseTextEnv``
-lmgym/Verifiers-v0     ``lmgym[verifiers]``         a verifiers v1 taskset through its harness
-=====================  ===========================  ==================================================
+=========================  ========================  ================================================
+id                         extra                     what it wraps
+=========================  ========================  ================================================
+lmgym/ReasoningGym-v0      ``lmgym[reasoning-gym]``  any ``reasoning_gym.create_dataset`` task
+lmgym/TextArena-v0         ``lmgym[textarena]``      TextArena games, single- and two-player
+lmgym/GEM-v0               ``lmgym[gem]``            GEM envs (``lmgym.compat.gem.make(env_id)``)
+lmgym/TextWorld-v0         ``lmgym[textworld]``      TextWorld's generated games (``tw-simple``, ...)
+lmgym/TextWorldExpress-v0  ``lmgym[textworld]``      TextWorld Express games
+lmgym/ScienceWorld-v0      ``lmgym[scienceworld]``   ScienceWorld's 30 science tasks
+lmgym/SkyRL-v0             ``lmgym[skyrl]``          skyrl-gym envs, or your own ``BaseTextEnv``
+lmgym/Verifiers-v0         ``lmgym[verifiers]``      a verifiers v1 taskset through its harness
+=========================  ========================  ================================================
 
 Every adapter is an ``LMEnv``: string observations, ``TokenSequence`` actions, the env's
 tokenizer, ``check_env``, seeding and vector envs, like the shipped envs. Libraries that draw from

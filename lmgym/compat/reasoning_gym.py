@@ -112,7 +112,7 @@ class ReasoningGymEnv(LMEnv):
     ``info["correct"]`` is full credit, ``info["score"]`` the library's score. Some tasks'
     scorers give partial credit to an answer that merely contains the reference (``syllogism``:
     ``Yes No`` earns 0.45 on average), which RL can learn to exploit: ``partial_credit=False``
-    closes that (docs/tasks.md lists the tasks measured). No tags: 0.0 and feedback, up to
+    closes that (docs/results/task-libraries.md lists the tasks measured). No tags: 0.0 and feedback, up to
     ``max_attempts`` times, then the episode ends. The answer never runs as code: nine tasks'
     scorers would ``eval`` it, and there it is read as a literal, or checked and scored in the
     Python tool's sandbox (``lmgym.compat.code_answers``; ``info["refused"]`` says why an answer
