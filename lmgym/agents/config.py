@@ -147,8 +147,9 @@ class ModelConfig:
 
     peft_config: dict[str, Any] | None = None
     """LoRA adapters through peft, e.g.
-    ``{"r": 16, "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"]}`` (a ``peft.LoraConfig`` is accepted too); ``target_modules`` defaults to every
-    linear layer. The reference policy is then the base with adapters off (no copy)."""
+    ``{"r": 16, "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"]}`` (a ``peft.LoraConfig``
+    is accepted too); ``target_modules`` defaults to every linear layer. The reference policy is
+    then the base with adapters off (no copy)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% slower on the update)."""
     mixed_precision: str = "no"

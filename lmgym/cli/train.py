@@ -272,8 +272,9 @@ def evaluate_before(spec: RunSpec, agent: PPOAgent, eval_envs: VectorEnv) -> Eva
 
 def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv, least: int = 2) -> Evaluation:
     """PPO for ``--episodes`` (``None``: as many as fit ``PRETRAINED_MINUTES`` here, sized from the
-    first update, at least ``least`` updates), evaluated every ``--eval-every`` updates, ending early at ``--stop-at-success``;
-    the final evaluation. The first update is timed, and the run's time estimated from it."""
+    first update, at least ``least`` updates), evaluated every ``--eval-every`` updates, ending
+    early at ``--stop-at-success``; the final evaluation. The first update is timed, and the run's
+    time estimated from it."""
     from lmgym.agents.callbacks import Evaluator, NoSignal, StopAtSuccess
     from lmgym.agents.evaluation import evaluate
 
