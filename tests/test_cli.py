@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from lmgym.cli import main, parse_kwargs
 
 
@@ -74,3 +76,28 @@ def test_tools_from_the_command_line_count_as_turns():
     assert "<calc>EXPRESSION</calc>" in obs  # the prompt says how to call it
     flags = [env.step(tokenizer.encode("<calc>1+1</calc>"))[2:4] for _ in range(3)]
     assert flags == [(False, False), (False, False), (False, True)]
+
+
+def test_each_flag_is_defined_once_in_the_cli_package():
+    """A flag string appears in one ``add_argument`` call in lmgym/cli (shared groups in
+    ``options``), and every command's parser builds (argparse refuses a flag defined twice)."""
+    import ast
+    import collections
+    import pathlib
+
+    import lmgym.cli
+
+    found = collections.Counter()
+    for path in pathlib.Path(lmgym.cli.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument" and node.args:
+                first = node.args[0]
+                if isinstance(first, ast.Constant) and str(first.value).startswith("--"):
+                    found[first.value] += 1
+    assert found["--env-arg"] == found["--model"] == found["--seed"] == found["--num-envs"] == 1
+    assert [flag for flag, n in found.items() if n > 1] == []
+    parser = lmgym.cli.build_parser()
+    for command in ("train", "eval", "doctor", "play", "view", "docs", "export", "list", "rescore"):
+        with pytest.raises(SystemExit) as exit_:
+            parser.parse_args([command, "--help"])
+        assert exit_.value.code == 0

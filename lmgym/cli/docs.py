@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from lmgym.cli.errors import RunError, UsageError
+from lmgym.cli.options import add_output_flags
 
 SOURCE = pathlib.Path(__file__).resolve().parents[2] / "docs"
 """The site's sources: ``docs/`` of a source checkout (an editable install's)."""
@@ -20,8 +21,7 @@ SOURCE = pathlib.Path(__file__).resolve().parents[2] / "docs"
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("docs", help="build the documentation site (Sphinx, strict) and serve it on localhost")
-    p.add_argument("--out", default=None, help="where the HTML goes (default: docs/_build/html)")
-    p.add_argument("--port", type=int, default=8000, help="the localhost port it is served on")
+    add_output_flags(p, (None, "where the HTML goes (default: docs/_build/html)"), port=True)
     p.add_argument("--no-serve", action="store_true", help="build only")
     p.set_defaults(func=docs)
 

@@ -11,9 +11,16 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
-from lmgym.agents.config import ESTIMATORS
 from lmgym.cli.errors import Interrupted, RunError, UsageError, failure_line
-from lmgym.cli.options import add_config_flags, add_model_flags, add_tools_flag, check_inputs, json_only
+from lmgym.cli.options import (
+    add_config_flags,
+    add_env_flags,
+    add_json_flag,
+    add_model_flags,
+    add_run_flags,
+    check_inputs,
+    json_only,
+)
 from lmgym.cli.spec import RunSpec
 
 if TYPE_CHECKING:
@@ -23,25 +30,12 @@ if TYPE_CHECKING:
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("doctor", help="check the run lmgym train would make for the silent failures of LLM RL")
     p.add_argument("env_id", nargs="?", default="lmgym/Calculator-v0")
-    p.add_argument("--model", default=None, help="HF model name or local path (default: the embedded tiny model)")
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="gym.make argument")
-    add_tools_flag(p)
-    add_model_flags(p)
-    p.add_argument("--lora", default=None, metavar="SPEC", help="LoRA adapters, as for lmgym train")
-    p.add_argument(
-        "--warmstart-steps",
-        type=int,
-        default=None,
-        help="as for lmgym train (0: the run from rewards alone); the doctor checks the model before it",
-    )
+    add_model_flags(p, "HF model name or local path (default: the embedded tiny model)", training=True)
+    add_env_flags(p)
     p.add_argument("--groups", type=int, default=4, help="groups of sampled episodes to play (default: 4)")
-    p.add_argument("--episodes", type=int, default=None, help="the run's episodes, for its time (default: 4096)")
-    p.add_argument("--num-envs", type=int, default=16)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--seed", type=int, default=0)
+    add_run_flags(p, num_envs=16, episodes=(None, "the run's episodes, for its time (default: 4096)"))
+    add_json_flag(p)
     add_config_flags(p)
-    p.add_argument("--estimator", choices=ESTIMATORS, default=None)
     p.set_defaults(func=doctor_command)
 
 

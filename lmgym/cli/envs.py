@@ -8,7 +8,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from lmgym.cli.options import UsageError, add_tools_flag, lmgym_ids, make_env, parse_kwargs, with_tools
+from lmgym.cli.options import UsageError, add_env_flags, add_run_flags, lmgym_ids, make_env, parse_kwargs, with_tools
 from lmgym.compat import TASK_LIBRARIES
 
 
@@ -24,11 +24,10 @@ def add_parsers(sub: Any) -> None:
 
     p = sub.add_parser("play", help="play an env by typing actions")
     p.add_argument("env_id")
-    p.add_argument("--seed", type=int, default=None)
+    add_run_flags(p, num_envs=None, episodes=None, seed=None)
     p.add_argument("--repeat", action="store_true", help="start a new episode after each one")
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="gym.make argument")
+    add_env_flags(p)
     p.add_argument("kwargs", nargs="*", metavar="KEY=VALUE", help="(old form, warns) gym.make arguments: use --env-arg")
-    add_tools_flag(p)
     p.set_defaults(func=cmd_play)
 
 

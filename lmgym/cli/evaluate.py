@@ -11,9 +11,11 @@ from typing import Any
 
 from lmgym.cli.errors import Interrupted, RunError, UsageError, failure_line
 from lmgym.cli.options import (
+    add_env_flags,
+    add_json_flag,
     add_model_flags,
+    add_run_flags,
     add_samples_flag,
-    add_tools_flag,
     check_inputs,
     close_within,
     json_only,
@@ -28,16 +30,12 @@ from lmgym.cli.spec import RunSpec
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("eval", help="greedy success on held-out seeds, with its 95%% interval (pass@k with --samples)")
     p.add_argument("env_id")
-    p.add_argument("--model", required=True, help="a directory saved by lmgym train (or any HF model path)")
-    p.add_argument("--episodes", type=int, default=200)
-    p.add_argument("--num-envs", type=int, default=50)
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    add_model_flags(p, "a directory saved by lmgym train (or any HF model path)", required=True)
+    add_run_flags(p, num_envs=50, episodes=(200, "held-out episodes (default: 200)"))
+    add_json_flag(p)
     p.add_argument("--sampled", action="store_true", help="also play the episodes sampled once: --samples 1")
     add_samples_flag(p)
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE")
-    add_tools_flag(p)
-    add_model_flags(p)
-    p.add_argument("--seed", type=int, default=0)
+    add_env_flags(p)
     p.set_defaults(func=evaluate_command)
 
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any, cast
 
-from lmgym.cli.options import UsageError
+from lmgym.cli.options import UsageError, add_overwrite_flag
 from lmgym.cli.session import quiet_transformers
 
 
@@ -14,7 +14,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("export", help="merge a LoRA run's adapters into its base and save a plain model")
     p.add_argument("model_dir", help="a directory saved by lmgym train (base + adapters)")
     p.add_argument("--merged", required=True, metavar="OUT", help="where to write the merged model")
-    p.add_argument("--overwrite", action="store_true", help="replace what OUT holds (default: refuse a non-empty OUT)")
+    add_overwrite_flag(p, "what OUT holds (a non-empty OUT)")
     p.set_defaults(func=export_command)
 
 

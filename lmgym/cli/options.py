@@ -96,8 +96,65 @@ def with_tools(env: gym.Env, tools: str | None) -> gym.Env:
     return gym.wrappers.TimeLimit(wrapped, limit) if limit else wrapped
 
 
-def add_model_flags(p: argparse.ArgumentParser) -> None:
-    """The flags for a chat model: wrap the env in its chat template."""
+def add_env_flags(p: argparse.ArgumentParser, tools: bool = True) -> None:
+    """``--env-arg KEY=VALUE`` (repeatable ``gym.make`` arguments) and, with ``tools``, ``--tools``."""
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="gym.make argument (repeatable)")
+    if tools:
+        add_tools_flag(p)
+
+
+def add_run_flags(
+    p: argparse.ArgumentParser, num_envs: int | None, episodes: tuple[int | None, str] | None, seed: int | None = 0
+) -> None:
+    """``--seed``, and where given, ``--num-envs`` (its default), ``--episodes`` (default, help)
+    and ``--threads``: how much a command plays and with what."""
+    p.add_argument("--seed", type=int, default=seed, help=f"the run's seed (default: {seed})")
+    if num_envs is not None:
+        p.add_argument("--num-envs", type=int, default=num_envs, help=f"envs at once (default: {num_envs})")
+        p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores, at most 2)")
+    if episodes is not None:
+        p.add_argument("--episodes", type=int, default=episodes[0], help=episodes[1])
+
+
+def add_output_flags(p: argparse.ArgumentParser, out: tuple[str | None, str] | None = None, port: bool = False) -> None:
+    """``--out`` (default, help), ``--overwrite`` where ``out`` is a directory to replace, ``--port``."""
+    if out is not None:
+        p.add_argument("--out", default=out[0], help=out[1])
+    if port:
+        p.add_argument("--port", type=int, default=8000, help="the localhost port (default: 8000; 0 picks a free one)")
+
+
+def add_overwrite_flag(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--overwrite", action="store_true", help=f"replace {what} (default: refuse)")
+
+
+def add_json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout, and nothing else")
+
+
+def add_model_flags(
+    p: argparse.ArgumentParser, model: str | None = None, required: bool = False, training: bool = False
+) -> None:
+    """``--model`` (its help: ``model``), the flags for a chat model (wrap the env in its chat
+    template, a system message), and with ``training`` how the model is trained: ``--lora`` and
+    ``--warmstart-steps``."""
+    if model is not None:
+        p.add_argument("--model", default=None, required=required, help=model)
+    if training:
+        p.add_argument(
+            "--lora",
+            default=None,
+            metavar="SPEC",
+            help="LoRA adapters, e.g. r=16 or r=16,alpha=32,targets=q_proj+v_proj; none: full fine-tuning "
+            "(default with --model: r=16 when peft is installed)",
+        )
+        p.add_argument(
+            "--warmstart-steps",
+            type=int,
+            default=None,
+            help="supervised steps on the env's demonstrations before RL (default model: 1600; --model: none "
+            "unless given; 0: RL from rewards alone)",
+        )
     p.add_argument(
         "--chat-template",
         action="store_true",
@@ -138,8 +195,15 @@ def add_ray_flags(p: argparse.ArgumentParser) -> None:
 def add_config_flags(p: argparse.ArgumentParser) -> None:
     """A flag per ``PPOConfig`` setting (``lmgym.cli.spec.config_flags``: ``--overlap-rollout``,
     ``--engine``, ``--step-timeout``, ...); ``RunSpec.from_args`` reads them back by setting."""
+    from lmgym.agents.config import ESTIMATORS
     from lmgym.cli.spec import config_flags
 
+    p.add_argument(
+        "--estimator",
+        choices=ESTIMATORS,
+        default=None,
+        help="advantage estimator (default: gae; rloo from rewards alone with --model)",
+    )
     for name, path, field, default in config_flags():
         switch = "bool" in str(field.type)  # --gradient-checkpointing alone means true
         extra: dict[str, Any] = {"nargs": "?", "const": True} if switch else {}
@@ -223,7 +287,12 @@ __all__ = [
     "add_config_flags",
     "add_ray_flags",
     "add_samples_flag",
+    "add_env_flags",
+    "add_json_flag",
     "add_model_flags",
+    "add_output_flags",
+    "add_overwrite_flag",
+    "add_run_flags",
     "add_tools_flag",
     "check_env_id",
     "import_env_module",

@@ -18,16 +18,18 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lmgym.agents.config import ESTIMATORS
 from lmgym.agents.defaults import PRETRAINED_MINUTES, PURE_RL_MIN_UPDATES
 from lmgym.cli.errors import Interrupted, RunError, UsageError, failure_line
 from lmgym.cli.evaluate import eval_envs_count
 from lmgym.cli.options import (
     add_config_flags,
+    add_env_flags,
     add_model_flags,
+    add_output_flags,
+    add_overwrite_flag,
     add_ray_flags,
+    add_run_flags,
     add_samples_flag,
-    add_tools_flag,
     check_inputs,
 )
 from lmgym.cli.outputs import report, write_outputs
@@ -62,14 +64,12 @@ Evaluation = tuple[dict[str, Any], "Trajectories"]
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("train", help="train a model with PPO on an env")
     p.add_argument("env_id", nargs="?", default=DEFAULT_ENV)
-    p.add_argument("--model", default=None, help="HF model name or local path (default: the embedded tiny model)")
-    p.add_argument(
-        "--episodes",
-        type=int,
-        default=None,
-        help=f"training episodes (default: as many as fit about {PRETRAINED_MINUTES} minutes of training on this "
-        f"machine, sized from the first update, at most {DEFAULT_EPISODES})",
+    add_model_flags(p, "HF model name or local path (default: the embedded tiny model)", training=True)
+    episodes_help = (
+        f"training episodes (default: as many as fit about {PRETRAINED_MINUTES} minutes of training on this "
+        f"machine, sized from the first update, at most {DEFAULT_EPISODES})"
     )
+    add_run_flags(p, num_envs=32, episodes=(None, episodes_help))
     p.add_argument(
         "--stop-at-success",
         type=float,
@@ -77,35 +77,18 @@ def add_parser(sub: Any) -> None:
         metavar="P",
         help="stop once held-out greedy success (checked every --eval-every updates, and before training) reaches P",
     )
-    p.add_argument("--num-envs", type=int, default=32, help="envs at once, training and evaluating (default: 32)")
-    p.add_argument("--out", default="runs/train", help="output directory (default: runs/train)")
+    add_output_flags(p, ("runs/train", "output directory (default: runs/train)"))
+    add_overwrite_flag(p, "the run already in --out")
     p.add_argument("--eval-episodes", type=int, default=200, help="held-out episodes for before/after")
     p.add_argument("--eval-every", type=int, default=10, help="greedy evaluation every N updates (0: off)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores, at most 2)")
     p.add_argument("--no-cache", action="store_true", help="rebuild the default model's warm start")
-    p.add_argument(
-        "--warmstart-steps",
-        type=int,
-        default=None,
-        help="supervised steps on the env's demonstrations before RL (default model: 1600; --model: none unless given)",
-    )
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="gym.make argument")
-    add_tools_flag(p)
-    add_model_flags(p)
-    p.add_argument(
-        "--lora",
-        default=None,
-        metavar="SPEC",
-        help="LoRA adapters, e.g. r=16 or r=16,alpha=32,targets=q_proj+v_proj; none: full fine-tuning "
-        "(default with --model: r=16 when peft is installed)",
-    )
+    add_env_flags(p)
     p.add_argument(
         "--add-special-tokens", action="store_true", help="add the env's tags to an HF tokenizer as tokens (and resize)"
     )
     p.add_argument(
         "--resume", default=None, metavar="CHECKPOINT", help="continue from a checkpoint (OUT/checkpoints/last, or OUT)"
     )
-    p.add_argument("--overwrite", action="store_true", help="replace the run already in --out (default: refuse)")
     add_ray_flags(p)
     add_config_flags(p)
     add_learning_flags(p)
@@ -115,19 +98,12 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="JSON of transformers generation kwargs, on top of the recipe's",
     )
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--doctor", action="store_true", help="run lmgym doctor's checks first; stop on a FAIL")
     p.set_defaults(func=train)
 
 
 def add_learning_flags(p: argparse.ArgumentParser) -> None:
     """How RL learns and how a learning claim is checked."""
-    p.add_argument(
-        "--estimator",
-        choices=ESTIMATORS,
-        default=None,
-        help="advantage estimator (default: gae; rloo from rewards alone with --model)",
-    )
     p.add_argument(
         "--allow-no-signal",
         action="store_true",

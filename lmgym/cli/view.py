@@ -6,15 +6,14 @@ import argparse
 import sys
 from typing import Any
 
-from lmgym.cli.options import UsageError
+from lmgym.cli.options import UsageError, add_output_flags
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("view", help="write a run's HTML report (learning curve, config, episodes token by token)")
     p.add_argument("run_dir", help="a run directory (lmgym train --out, or learn's log_dir)")
-    p.add_argument("--out", default=None, help="where to write the report (default: RUN_DIR/report.html)")
+    add_output_flags(p, (None, "where to write the report (default: RUN_DIR/report.html)"), port=True)
     p.add_argument("--serve", action="store_true", help="serve it on 127.0.0.1 after writing it")
-    p.add_argument("--port", type=int, default=8000, help="port for --serve (default: 8000; 0 picks a free one)")
     p.set_defaults(func=cmd_view)
 
 
