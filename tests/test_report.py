@@ -14,8 +14,8 @@ import torch
 
 import lmgym
 from lmgym.agents import PPOAgent, PPOConfig
-from lmgym.agents.recording import EPISODES_FILE
-from lmgym.agents.trajectories import Episode, episode_record, token_pieces
+from lmgym.agents.recording import EPISODES_FILE, episode_record, token_pieces
+from lmgym.agents.trajectories import Episode
 from lmgym.agents.warmstart import tiny_gpt2
 from lmgym.report import build_report, color_scale, diverging_color, read_jsonl, report_data, script_json
 
@@ -181,3 +181,18 @@ def test_the_report_renders_in_a_real_browser(run_dir):
         browser.close()
     assert errors == []
     assert all((ARTIFACTS / name).stat().st_size > 10_000 for name in ("report.png", "report_seed.png"))
+
+
+def test_token_pieces_cost_is_linear_in_the_episode():
+    class Counting(lmgym.ByteTokenizer):
+        calls = 0
+
+        def decode(self, ids):
+            Counting.calls += 1
+            return super().decode(ids)
+
+    tok = Counting()
+    ids = tok.encode("abcdefgh" * 50)  # 400 tokens
+    pieces = token_pieces(tok, ids)
+    assert "".join(pieces) == tok.decode(ids) and len(pieces) == 400
+    assert Counting.calls <= 2 * 400 + 2  # two short decodings a token and one check; by prefix: 400 of length 1..400
