@@ -3,7 +3,7 @@ import os
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-collect_ignore_glob = ["scripts/*"]  # run by tests under accelerate launch, not collected
+collect_ignore_glob = ["*/scripts/*"]  # run by tests under accelerate launch, not collected
 
 
 @pytest.fixture(scope="session")

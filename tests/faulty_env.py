@@ -1,4 +1,4 @@
-"""An env that fails on purpose, for tests/test_faults.py: Echo-v0 whose reset or step hangs,
+"""An env that fails on purpose, for tests/vector/test_faults.py: Echo-v0 whose reset or step hangs,
 raises or returns the wrong types on chosen seeds. Importable by a subprocess too
 (``lmgym train faulty_env:faulty/Faulty-v0`` with ``tests/`` on ``PYTHONPATH``)."""
 

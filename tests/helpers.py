@@ -57,7 +57,8 @@ OWN_TESTS = {
     "lmgym/SkyRL-v0",
     "lmgym/Verifiers-v0",
 }
-"""Adapters whose contract tests are their own (tests/test_text_worlds.py, tests/test_verifiers_bridge.py):
+"""Adapters whose contract tests are their own (tests/compat/test_text_worlds.py and
+tests/compat/test_verifiers_bridge.py):
 a game compiled, a JVM or a harness process per env and seconds an episode, so the checks of 200
 seeds here would take CI tens of minutes; Verifiers-v0 needs a user's taskset; TextWorld Express
 draws its own gold path, so its oracle's path differs between runs of a seed (its games do not)."""

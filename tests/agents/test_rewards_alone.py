@@ -163,7 +163,7 @@ def test_a_chat_models_answers_are_read_as_it_writes_them_by_default(tmp_path):
 
 
 def lmgym_cli(*args):
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__)}
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
     return subprocess.run(
         [sys.executable, "-m", "lmgym.cli", *args], capture_output=True, text=True, timeout=1500, env=env
     )

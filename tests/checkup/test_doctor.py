@@ -216,7 +216,7 @@ def test_a_number_guessing_env_keeps_its_info_types_in_a_vector_env():
 
 
 def cli(*args):
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__)}
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
     return subprocess.run(
         [sys.executable, "-m", "lmgym.cli", *args], capture_output=True, text=True, timeout=1500, env=env
     )

@@ -94,7 +94,7 @@ KILL_SCRIPT = textwrap.dedent(
 
 @pytest.mark.parametrize("part", ["model", "training_state.pt"])
 def test_a_real_sigkill_mid_write_resumes_from_the_previous_checkpoint(tmp_path, part):
-    script = KILL_SCRIPT.format(tests=str(Path(__file__).parent), ckpt=str(tmp_path), part=part)
+    script = KILL_SCRIPT.format(tests=str(Path(__file__).parents[1]), ckpt=str(tmp_path), part=part)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=1500)
     assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
     resumed = agent(seed=1)

