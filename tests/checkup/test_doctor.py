@@ -211,8 +211,11 @@ def test_a_number_guessing_env_keeps_its_info_types_in_a_vector_env():
     envs = gym.make_vec("lmgym/GuessNumber-v0", num_envs=2, vectorization_mode="sync")
     tok = envs.get_attr("tokenizer")[0]
     envs.reset(seed=0)
-    envs.step((tok.encode("50"), tok.encode("no idea")))
-    envs.step((tok.encode("no idea"), tok.encode("25")))
+    first = envs.step((tok.encode("50"), tok.encode("no idea")))[4]
+    second = envs.step((tok.encode("no idea"), tok.encode("25")))[4]
+    # an int array, the env without a guess masked out (no None in it)
+    assert first["guess"].tolist()[0] == 50 and first["_guess"].tolist() == [True, False]
+    assert second["guess"].tolist()[1] == 25 and second["_guess"].tolist() == [False, True]
 
 
 def cli(*args):

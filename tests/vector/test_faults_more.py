@@ -49,6 +49,7 @@ def test_a_close_that_hangs_returns(monkeypatch):
     envs = vector("concurrent", "close_hang", seeds=())
     envs.reset(seed=0)
     envs.close()  # returns (a hang here is the test's timeout)
+    assert envs.closed  # and the env counts itself closed, the hung close left to its thread
 
 
 def test_abandoned_threads_do_not_pile_up_without_bound(monkeypatch):
