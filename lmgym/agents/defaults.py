@@ -59,6 +59,8 @@ PURE_RL_PROBE_TOKENS = 256
 """The turn budget the pure-RL recipe samples the model's own replies with, before it sizes its own."""
 PRETRAINED_LORA: dict[str, Any] = {"r": 16}
 PRETRAINED_WARMSTART_STEPS = 30
+DEFAULT_EPISODES = 4096
+"""The most episodes a run without ``--episodes`` trains (the built-in envs' default runs)."""
 PURE_RL_MIN_UPDATES = 8
 """The fewest updates a run from rewards alone sizes itself to, past ``PRETRAINED_MINUTES`` where
 they do not fit: every such run in the docs that learned took 6-10 updates, and the README's
@@ -181,9 +183,51 @@ def reply_budget(lengths: list[int], cap: int) -> int:
     return min(cap, -(-max(32, int(1.5 * p90)) // 8) * 8)
 
 
-def default_config(**overrides: Any) -> PPOConfig:
-    """``PPOConfig`` with the default model's settings, then ``overrides`` (``PPOConfig``'s arguments)."""
-    return PPOConfig(**{**TINY_MODEL_CONFIG, **overrides})
+LONG_EPISODE_TURNS = 50
+"""A turn limit from which the default model plays an env as one of long episodes: the text
+worlds (50-100 turns), TextArena's and GEM's games (200)."""
+LONG_EPISODE_BATCHES: dict[str, Any] = {
+    "mini_batch_size": 4,
+    "gradient_accumulation_steps": 4,
+    "model": {"forward_batch_size": 4},
+}
+"""The default model's batches on an env of long episodes: the same 16 episodes an optimizer step,
+4 at a time (a ``tw-simple`` update took 11 GB at 16, and 32 when scoring; 3.2 GB this way)."""
+
+
+def long_episodes(env_id: str | None, env_kwargs: dict[str, Any] | None = None) -> bool:
+    """Whether ``env_id`` (with ``env_kwargs``) has a turn limit of ``LONG_EPISODE_TURNS`` or more.
+
+    Example:
+        >>> import lmgym
+        >>> long_episodes("lmgym/Calculator-v0"), long_episodes("lmgym/Calculator-v0", {"max_episode_steps": 60})
+        (False, True)
+    """
+    if env_id is None:
+        return False
+    limit = (env_kwargs or {}).get("max_episode_steps", getattr(gym.spec(env_id), "max_episode_steps", None))
+    return limit is not None and limit >= LONG_EPISODE_TURNS
+
+
+def default_settings(env_id: str | None = None, env_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The default model's ``PPOConfig`` arguments for an env: ``TINY_MODEL_CONFIG``, with
+    ``LONG_EPISODE_BATCHES`` on an env of long episodes. ``PPOAgent.default`` and ``lmgym train``
+    (no ``--model``) both start from it."""
+    settings = dict(TINY_MODEL_CONFIG)
+    if long_episodes(env_id, env_kwargs):
+        model = {**settings.get("model", {}), **LONG_EPISODE_BATCHES["model"]}
+        settings.update({**LONG_EPISODE_BATCHES, "model": model})
+    return settings
+
+
+def default_config(env_id: str | None = None, env_kwargs: dict[str, Any] | None = None, **overrides: Any) -> PPOConfig:
+    """``PPOConfig`` with the default model's settings for the env (``default_settings``), then
+    ``overrides`` (``PPOConfig``'s arguments; a group's dict updates the default's)."""
+    settings = default_settings(env_id, env_kwargs)
+    for group, value in overrides.items():
+        if isinstance(value, dict) and isinstance(settings.get(group), dict):
+            overrides[group] = {**settings[group], **value}
+    return PPOConfig(**{**settings, **overrides})
 
 
 def default_agent(
@@ -213,10 +257,13 @@ def default_agent(
 
     warm = warmstart or WarmStartConfig(seed=int(config.get("seed", 0)))
     model, tokenizer, _ = default_model(env_id, env_kwargs, warm, use_cache=use_cache)
-    return model, tokenizer, default_config(**config)
+    return model, tokenizer, default_config(env_id, env_kwargs, **config)
 
 
 __all__ = [
+    "DEFAULT_EPISODES",
+    "LONG_EPISODE_BATCHES",
+    "LONG_EPISODE_TURNS",
     "PRETRAINED_CONFIG",
     "PRETRAINED_LORA",
     "PRETRAINED_MINUTES",

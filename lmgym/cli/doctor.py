@@ -60,9 +60,19 @@ def doctor_command(args: argparse.Namespace) -> None:
 
 def examine(spec: RunSpec, groups: int = 4) -> Report:
     """The agent and envs ``lmgym train`` would build for ``spec`` (no warm start), checked."""
+    from lmgym.agents.defaults import DEFAULT_EPISODES
     from lmgym.checkup import doctor
-    from lmgym.cli.session import env_maker, make_agent, make_envs, pretrained_recipe, quiet_transformers, set_threads
-    from lmgym.cli.train import DEFAULT_EPISODES, run_config, run_envs_count, with_reply_budget
+    from lmgym.cli.session import (
+        env_maker,
+        make_agent,
+        make_envs,
+        pretrained_recipe,
+        quiet_transformers,
+        run_config,
+        run_envs_count,
+        set_threads,
+        with_reply_budget,
+    )
 
     set_threads(spec.threads)
     quiet_transformers()

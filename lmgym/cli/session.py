@@ -11,13 +11,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lmgym.cli.options import UsageError
-from lmgym.cli.spec import RunSpec
+from lmgym.cli.spec import RunSpec, flat, nested
 
 if TYPE_CHECKING:
     import gymnasium as gym
     from gymnasium.vector import VectorEnv
     from transformers import PreTrainedModel
 
+    from lmgym.agents.config import PPOConfig
     from lmgym.agents.defaults import Recipe
     from lmgym.agents.ppo import PPOAgent
     from lmgym.tokenizers import Tokenizer
@@ -148,35 +149,25 @@ def pretrained_recipe(spec: RunSpec) -> tuple[RunSpec, Recipe]:
     return dataclasses.replace(spec, warmstart_steps=steps, env_kwargs=env_kwargs), recipe
 
 
-LONG_EPISODE_TURNS = 50
-"""A turn limit from which the default model plays with budgets sized from its demonstrations
-(``default_budgets``): the text worlds (50-100 turns), TextArena's and GEM's games (200)."""
-
-
-LONG_EPISODE_BATCHES: dict[tuple[str, ...], int] = {
-    ("mini_batch_size",): 4,
-    ("gradient_accumulation_steps",): 4,
-    ("model", "forward_batch_size"): 4,
-}
-"""The default model's batches on an env of long episodes: the same 16 episodes an optimizer step,
-4 at a time (a ``tw-simple`` update took 11 GB at 16, and 32 when scoring; 3.2 GB this way)."""
-
-
 def default_budgets(spec: RunSpec) -> RunSpec:
-    """The default model on an env of long episodes (a turn limit of ``LONG_EPISODE_TURNS`` or
-    more): the turn and token budgets the env's oracle needs (``defaults.action_budget`` in the
-    byte tokenizer's tokens), each where it is less than the env's and not set by ``--env-arg``,
-    and ``LONG_EPISODE_BATCHES`` unless a flag sets one of them. A text world's default run then
-    stops its untrained model's noise at twice the oracle's longest command and most turns
-    (``tw-simple``: 88 tokens and 24 turns, not 128 and 50)."""
+    """The default model on an env of long episodes (``defaults.long_episodes``): the turn and
+    token budgets the env's oracle needs (``defaults.action_budget`` in the byte tokenizer's
+    tokens), each where it is less than the env's and not set by ``--env-arg``, and the recipe's
+    ``LONG_EPISODE_BATCHES`` (``defaults.default_settings``, as ``PPOAgent.default`` has them)
+    unless a flag sets one of them. A text world's default run then stops its untrained model's
+    noise at twice the oracle's longest command and most turns (``tw-simple``: 88 tokens and 24
+    turns, not 128 and 50)."""
     import gymnasium as gym
 
-    limit = spec.env_kwargs.get("max_episode_steps", getattr(gym.spec(spec.env_id), "max_episode_steps", None))
-    if limit is None or limit < LONG_EPISODE_TURNS:
+    from lmgym.agents.defaults import LONG_EPISODE_BATCHES, long_episodes
+
+    if not long_episodes(spec.env_id, spec.env_kwargs):
         return spec
-    if not set(LONG_EPISODE_BATCHES) & set(spec.settings):
+    limit = int(spec.env_kwargs.get("max_episode_steps", gym.spec(spec.env_id).max_episode_steps or 0))
+    batches = flat(LONG_EPISODE_BATCHES)
+    if not set(batches) & set(spec.settings):
         print("4 episodes a pass, 16 an optimizer step (an env of long episodes; --mini-batch-size etc. to choose)")
-        spec = dataclasses.replace(spec, settings={**spec.settings, **LONG_EPISODE_BATCHES})
+        spec = dataclasses.replace(spec, settings={**spec.settings, **batches})
     sized = {} if {"max_action_tokens", "max_episode_steps"} <= set(spec.env_kwargs) else oracle_budgets(spec, limit)
     if sized:
         print(f"budgets from the demonstrations (an env of long episodes): {sized} (--env-arg KEY=VALUE to choose)")
@@ -375,12 +366,61 @@ def warn_cut_turns(agent: PPOAgent, batch: Any, budget: int) -> None:
         )
 
 
+def with_reply_budget(spec: RunSpec, recipe: Recipe | None, agent: Any) -> RunSpec:
+    """A run from rewards alone takes its turn budget from the model's own sampled replies
+    (``session.reply_budget``) unless the user set ``max_action_tokens``."""
+    if recipe is None or not recipe.pure or "max_action_tokens" in spec.env_kwargs:
+        return spec
+    return dataclasses.replace(spec, env_kwargs={**spec.env_kwargs, "max_action_tokens": reply_budget(spec, agent)})
+
+
+def run_envs_count(spec: RunSpec) -> int:
+    """The run's envs: ``--num-envs`` rounded down to whole groups, at least one group."""
+    assert spec.config is not None
+    k = spec.config.group_size or 1
+    return max(k, spec.num_envs // k * k)
+
+
+def run_config(spec: RunSpec, recipe: Recipe | None = None) -> PPOConfig:
+    """The ``PPOConfig`` of the run: the default model's settings (no ``--model``) or a pretrained
+    model's ``recipe``, then the flags; a recipe's one line says what was picked in the end."""
+    from lmgym.agents.config import PPOConfig
+    from lmgym.agents.defaults import TINY_MODEL_CONFIG
+
+    base = dict(TINY_MODEL_CONFIG) if recipe is None else dict(recipe.config)
+    chosen = dict(spec.settings)
+    if spec.lora:
+        from lmgym.agents.models import parse_lora
+
+        chosen[("model", "peft_config")] = None if spec.lora == "none" else parse_lora(spec.lora)
+    chosen[("seed",)] = spec.seed
+    if spec.estimator is not None:
+        chosen[("estimator",)] = spec.estimator
+    if spec.generation_kwargs is not None:  # on top of the recipe's (its temperature stays unless given)
+        recipe_kwargs = base.get("rollout", {}).get("generation_kwargs", {})
+        chosen[("rollout", "generation_kwargs")] = {**recipe_kwargs, **spec.generation_kwargs}
+    given = nested(chosen)
+    for group in ("rollout", "engine", "model", "run"):  # a group the recipe set and the flags set both
+        if isinstance(base.get(group), dict) and group in given:
+            given[group] = {**base[group], **given[group]}
+    try:
+        config = PPOConfig(**{**base, **given})
+    except (TypeError, ValueError) as e:
+        raise UsageError(str(e)) from e
+    if recipe is not None:
+        print(f"recipe for a pretrained model: {recipe.describe(config)} (each of them a flag)")
+    return config
+
+
 __all__ = [
     "check_chat_template",
     "check_ray_address",
     "connect_ray",
     "default_budgets",
     "pretrained_recipe",
+    "run_config",
+    "run_envs_count",
+    "with_reply_budget",
     "env_maker",
     "make_agent",
     "make_envs",

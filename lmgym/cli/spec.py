@@ -67,6 +67,19 @@ def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def flat(values: dict[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """``nested``'s inverse: ``{"model": {"fsdp": True}, "seed": 1}`` -> ``{("model", "fsdp"): True, ("seed",): 1}``.
+
+    Example:
+        >>> flat({"model": {"fsdp": True}, "seed": 1})
+        {('model', 'fsdp'): True, ('seed',): 1}
+    """
+    out: dict[tuple[str, ...], Any] = {}
+    for key, value in values.items():
+        out |= flat(value, (*prefix, key)) if isinstance(value, dict) else {(*prefix, key): value}
+    return out
+
+
 def nested(values: dict[tuple[str, ...], Any]) -> dict[str, Any]:
     """``{("rollout", "overlap"): True, ("seed",): 1}`` -> ``{"rollout": {"overlap": True}, "seed": 1}``:
     ``PPOConfig``'s keyword arguments.
@@ -128,7 +141,7 @@ class RunSpec:
     settings: dict[tuple[str, ...], Any] = field(default_factory=dict)
     """The ``PPOConfig`` settings the flags gave, by path (``("rollout", "overlap")``)."""
     config: PPOConfig | None = None
-    """The run's ``PPOConfig``, once picked (``lmgym.cli.train.run_config``)."""
+    """The run's ``PPOConfig``, once picked (``lmgym.cli.session.run_config``)."""
     json: bool = False
     sampled: bool = False
 
@@ -153,4 +166,4 @@ class RunSpec:
         return self.settings.get(("rollout", "step_timeout"))
 
 
-__all__ = ["FLAG_NAMES", "OWN_FLAGS", "RunSpec", "config_flags", "nested", "parse_kwargs"]
+__all__ = ["FLAG_NAMES", "OWN_FLAGS", "RunSpec", "config_flags", "flat", "nested", "parse_kwargs"]

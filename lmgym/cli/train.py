@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lmgym.agents.defaults import PRETRAINED_MINUTES, PURE_RL_MIN_UPDATES
+from lmgym.agents.defaults import DEFAULT_EPISODES, PRETRAINED_MINUTES, PURE_RL_MIN_UPDATES
 from lmgym.cli.errors import Interrupted, RunError, UsageError, failure_line
 from lmgym.cli.evaluate import eval_envs_count
 from lmgym.cli.options import (
@@ -42,22 +42,21 @@ from lmgym.cli.session import (
     make_envs,
     pretrained_recipe,
     quiet_transformers,
-    reply_budget,
+    run_config,
+    run_envs_count,
     set_threads,
     warn_cut_turns,
+    with_reply_budget,
 )
-from lmgym.cli.spec import RunSpec, nested
+from lmgym.cli.spec import RunSpec
 
 if TYPE_CHECKING:
     from gymnasium.vector import VectorEnv
 
-    from lmgym.agents.config import PPOConfig
-    from lmgym.agents.defaults import Recipe
     from lmgym.agents.ppo import PPOAgent
     from lmgym.agents.trajectories import Trajectories
 
 DEFAULT_ENV = "lmgym/Calculator-v0"
-DEFAULT_EPISODES = 4096
 Evaluation = tuple[dict[str, Any], "Trajectories"]
 
 
@@ -161,52 +160,6 @@ def run(spec: RunSpec, built: dict[str, Any], started: float) -> None:
         after = learn(spec, agent, envs, eval_envs, PURE_RL_MIN_UPDATES if recipe and recipe.pure else 2)
     write_outputs(spec, agent, before, after)
     report(spec, agent, before[0], after[0], time.perf_counter() - started)
-
-
-def with_reply_budget(spec: RunSpec, recipe: Recipe | None, agent: Any) -> RunSpec:
-    """A run from rewards alone takes its turn budget from the model's own sampled replies
-    (``session.reply_budget``) unless the user set ``max_action_tokens``."""
-    if recipe is None or not recipe.pure or "max_action_tokens" in spec.env_kwargs:
-        return spec
-    return dataclasses.replace(spec, env_kwargs={**spec.env_kwargs, "max_action_tokens": reply_budget(spec, agent)})
-
-
-def run_envs_count(spec: RunSpec) -> int:
-    """The run's envs: ``--num-envs`` rounded down to whole groups, at least one group."""
-    assert spec.config is not None
-    k = spec.config.group_size or 1
-    return max(k, spec.num_envs // k * k)
-
-
-def run_config(spec: RunSpec, recipe: Recipe | None = None) -> PPOConfig:
-    """The ``PPOConfig`` of the run: the default model's settings (no ``--model``) or a pretrained
-    model's ``recipe``, then the flags; a recipe's one line says what was picked in the end."""
-    from lmgym.agents.config import PPOConfig
-    from lmgym.agents.defaults import TINY_MODEL_CONFIG
-
-    base = dict(TINY_MODEL_CONFIG) if recipe is None else dict(recipe.config)
-    chosen = dict(spec.settings)
-    if spec.lora:
-        from lmgym.agents.models import parse_lora
-
-        chosen[("model", "peft_config")] = None if spec.lora == "none" else parse_lora(spec.lora)
-    chosen[("seed",)] = spec.seed
-    if spec.estimator is not None:
-        chosen[("estimator",)] = spec.estimator
-    if spec.generation_kwargs is not None:  # on top of the recipe's (its temperature stays unless given)
-        recipe_kwargs = base.get("rollout", {}).get("generation_kwargs", {})
-        chosen[("rollout", "generation_kwargs")] = {**recipe_kwargs, **spec.generation_kwargs}
-    given = nested(chosen)
-    for group in ("rollout", "engine", "model", "run"):  # a group the recipe set and the flags set both
-        if isinstance(base.get(group), dict) and group in given:
-            given[group] = {**base[group], **given[group]}
-    try:
-        config = PPOConfig(**{**base, **given})
-    except (TypeError, ValueError) as e:
-        raise UsageError(str(e)) from e
-    if recipe is not None:
-        print(f"recipe for a pretrained model: {recipe.describe(config)} (each of them a flag)")
-    return config
 
 
 def checkup(spec: RunSpec, agent: PPOAgent, envs: VectorEnv) -> None:

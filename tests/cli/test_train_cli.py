@@ -208,9 +208,8 @@ def test_default_model_on_long_episodes_plays_with_its_demonstrations_budgets():
     short env, and what ``--env-arg`` sets, stay as they are."""
     import gymnasium as gym
 
-    from lmgym.cli.session import default_budgets
+    from lmgym.cli.session import default_budgets, run_config
     from lmgym.cli.spec import RunSpec
-    from lmgym.cli.train import run_config
 
     gym.register("lmgym-test/LongEcho-v0", entry_point="lmgym.envs.echo:EchoEnv", max_episode_steps=60)
     sized = default_budgets(RunSpec("train", "lmgym-test/LongEcho-v0"))

@@ -156,8 +156,8 @@ def test_learn_logs_the_fault_counts():
 
 def test_step_timeout_is_a_flag_and_a_config_field():
     from lmgym.cli import build_parser
+    from lmgym.cli.session import run_config
     from lmgym.cli.spec import RunSpec
-    from lmgym.cli.train import run_config
 
     args = build_parser().parse_args(["train", "--step-timeout", "7.5", "--on-env-error", "skip"])
     config = run_config(RunSpec.from_args(args))
@@ -170,8 +170,8 @@ def test_step_timeout_is_a_flag_and_a_config_field():
 def test_generation_kwargs_flag_adds_to_the_recipes_own():
     from lmgym.agents.defaults import Recipe
     from lmgym.cli import build_parser
+    from lmgym.cli.session import run_config
     from lmgym.cli.spec import RunSpec
-    from lmgym.cli.train import run_config
 
     recipe = Recipe({"rollout": {"generation_kwargs": {"temperature": 0.7}}}, 0, pure=True)
     args = build_parser().parse_args(["train", "--generation-kwargs", '{"top_k": 50}'])
