@@ -11,7 +11,7 @@ import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
-from lmgym.cli.errors import Interrupted, RunError, UsageError, failure_line
+from lmgym.cli.errors import one_line_failures
 from lmgym.cli.options import (
     add_config_flags,
     add_env_flags,
@@ -42,17 +42,8 @@ def add_parser(sub: Any) -> None:
 def doctor_command(args: argparse.Namespace) -> None:
     spec = RunSpec.from_args(args)
     check_inputs(spec)
-    try:
-        with json_only(spec.json):
-            report = examine(spec, args.groups)
-    except (UsageError, RunError):
-        raise
-    except KeyboardInterrupt as e:
-        raise Interrupted(str(e)) from e
-    except BaseException as e:  # noqa: BLE001 (one line; the traceback in a file)
-        from lmgym.cli.evaluate import temporary_log
-
-        raise RunError(failure_line(e, temporary_log())) from e
+    with one_line_failures(), json_only(spec.json):
+        report = examine(spec, args.groups)
     print(report.to_json() if spec.json else report)
     if not report.ok:
         sys.exit(1)

@@ -3,6 +3,10 @@ failed (``RunError``, 1; ``Interrupted``, 130), each printed as one line."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 
@@ -42,4 +46,36 @@ def failure_line(error: BaseException, log: Any, more: str = "") -> str:
     return f"{line} (traceback in {log}{more})"
 
 
-__all__ = ["Interrupted", "RunError", "UsageError", "failure_line"]
+def temporary_log() -> Path:
+    """A fresh file for a command's traceback (``eval``'s, ``doctor``'s: they have no run dir)."""
+    import tempfile
+
+    fd, name = tempfile.mkstemp(prefix="lmgym-", suffix=".log")
+    os.close(fd)
+    return Path(name)
+
+
+@contextlib.contextmanager
+def one_line_failures(describe: Callable[[BaseException], str] | None = None) -> Iterator[None]:
+    """A command's body: bad input and failures it already said pass through; Ctrl-C is
+    ``Interrupted`` and any other failure a ``RunError``, each one line (``describe(error)``:
+    by default ``failure_line`` with the traceback in a ``temporary_log``).
+
+    Example:
+        >>> with one_line_failures(lambda e: "it broke"):
+        ...     raise ZeroDivisionError
+        Traceback (most recent call last):
+        lmgym.cli.errors.RunError: it broke
+    """
+    describe = describe or (lambda error: failure_line(error, temporary_log()))
+    try:
+        yield
+    except (UsageError, RunError):
+        raise
+    except KeyboardInterrupt as error:
+        raise Interrupted(describe(error)) from error
+    except BaseException as error:  # noqa: BLE001 (whatever failed: one line, the traceback in a file)
+        raise RunError(describe(error)) from error
+
+
+__all__ = ["Interrupted", "RunError", "UsageError", "failure_line", "one_line_failures", "temporary_log"]

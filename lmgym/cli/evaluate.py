@@ -6,10 +6,9 @@ import argparse
 import dataclasses
 import json
 import os
-from pathlib import Path
 from typing import Any
 
-from lmgym.cli.errors import Interrupted, RunError, UsageError, failure_line
+from lmgym.cli.errors import UsageError, one_line_failures
 from lmgym.cli.options import (
     add_env_flags,
     add_json_flag,
@@ -44,22 +43,8 @@ def evaluate_command(args: argparse.Namespace) -> None:
     not load) is one line, its traceback in a temporary file."""
     spec = RunSpec.from_args(args)
     check_inputs(spec)
-    try:
+    with one_line_failures():
         evaluate_model(spec)
-    except (UsageError, RunError):
-        raise
-    except KeyboardInterrupt as e:
-        raise Interrupted(failure_line(e, temporary_log())) from e
-    except BaseException as e:  # noqa: BLE001 (one line; the traceback in a file)
-        raise RunError(failure_line(e, temporary_log())) from e
-
-
-def temporary_log() -> Path:
-    import tempfile
-
-    fd, name = tempfile.mkstemp(prefix="lmgym-eval-", suffix=".log")
-    os.close(fd)
-    return Path(name)
 
 
 def as_trained(spec: RunSpec) -> RunSpec:

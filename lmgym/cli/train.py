@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmgym.agents.defaults import DEFAULT_EPISODES, PRETRAINED_MINUTES, PURE_RL_MIN_UPDATES
-from lmgym.cli.errors import Interrupted, RunError, UsageError, failure_line
+from lmgym.cli.errors import RunError, UsageError, failure_line, one_line_failures
 from lmgym.cli.evaluate import eval_envs_count
 from lmgym.cli.options import (
     add_config_flags,
@@ -117,14 +117,8 @@ def train(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     lock = claim_run_dir(spec)  # noqa: F841 (held until the process ends)
     built: dict[str, Any] = {}  # the agent and envs once they exist: a failure checkpoints the agent
-    try:
-        run(spec, built, started)
-    except (UsageError, RunError):
-        raise
-    except KeyboardInterrupt as e:
-        raise Interrupted(run_failure(built.get("agent"), built.get("envs"), spec.out, e)) from e
-    except BaseException as e:  # noqa: BLE001 (whatever failed, one line; the traceback in OUT/error.log)
-        raise RunError(run_failure(built.get("agent"), built.get("envs"), spec.out, e)) from e
+    with one_line_failures(lambda e: run_failure(built.get("agent"), built.get("envs"), spec.out, e)):
+        run(spec, built, started)  # a failure: one line, the traceback in OUT/error.log, a checkpoint
 
 
 def run(spec: RunSpec, built: dict[str, Any], started: float) -> None:
