@@ -416,6 +416,31 @@ def _group(kind: type, values: dict[str, Any]) -> Any:
     return kind(**values)
 
 
+CHOICES: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("estimator",): ESTIMATORS,
+    ("loss_type",): LOSS_TYPES,
+    ("importance_sampling_level",): IMPORTANCE_SAMPLING_LEVELS,
+    ("scale_rewards",): SCALE_REWARDS,
+    ("credit",): CREDITS,
+    ("reward_control",): REWARD_CONTROLS,
+    ("kl_penalty",): ("reward", "loss"),
+    ("engine", "name"): ENGINES,
+    ("rollout", "on_env_error"): ENV_ERROR_POLICIES,
+    ("model", "mixed_precision"): ("no", "fp16", "bf16"),
+}
+"""The values a setting takes, where it takes a few names: checked here, the CLI's choices too."""
+
+
+def field_types() -> dict[tuple[str, ...], Any]:
+    """Each setting's type, resolved from the dataclasses' annotations (``int | None``, not the
+    string ``"int | None"``): what the CLI parses a flag's value as."""
+    import typing
+
+    hints: dict[tuple[str, ...], dict[str, Any]] = {(): typing.get_type_hints(PPOConfig)}
+    hints |= {(group,): typing.get_type_hints(kind) for group, kind in GROUPS.items()}
+    return {path: hints[path[:-1]][path[-1]] for path, _, _ in settings()}
+
+
 def settings(config: PPOConfig | None = None) -> Iterator[tuple[tuple[str, ...], dataclasses.Field, Any]]:
     """``(path, field, value)`` for every setting: the algorithm's (``("learning_rate",)``), then
     each group's (``("rollout", "overlap")``). Values come from ``config`` (default: the defaults)."""
@@ -430,6 +455,7 @@ def settings(config: PPOConfig | None = None) -> Iterator[tuple[tuple[str, ...],
 
 
 __all__ = [
+    "CHOICES",
     "CREDITS",
     "IMPORTANCE_SAMPLING_LEVELS",
     "LOSS_TYPES",
@@ -441,5 +467,6 @@ __all__ = [
     "PPOConfig",
     "RolloutConfig",
     "RunConfig",
+    "field_types",
     "settings",
 ]

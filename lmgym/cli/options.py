@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import difflib
 import json
 import os
 import sys
+import typing
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -194,8 +195,9 @@ def add_ray_flags(p: argparse.ArgumentParser) -> None:
 
 def add_config_flags(p: argparse.ArgumentParser) -> None:
     """A flag per ``PPOConfig`` setting (``lmgym.cli.spec.config_flags``: ``--overlap-rollout``,
-    ``--engine``, ``--step-timeout``, ...); ``RunSpec.from_args`` reads them back by setting."""
-    from lmgym.agents.config import ESTIMATORS
+    ``--engine``, ``--step-timeout``, ...), its type from the field's and its choices from
+    ``config.CHOICES``, and ``--estimator``; ``RunSpec.from_args`` reads them back by setting."""
+    from lmgym.agents.config import CHOICES, ESTIMATORS, field_types
     from lmgym.cli.spec import config_flags
 
     p.add_argument(
@@ -204,31 +206,41 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
         default=None,
         help="advantage estimator (default: gae; rloo from rewards alone with --model)",
     )
-    for name, path, field, default in config_flags():
-        switch = "bool" in str(field.type)  # --gradient-checkpointing alone means true
+    types = field_types()
+    for name, path, _, default in config_flags():
+        kind = types[path]
+        switch = kind is bool  # --gradient-checkpointing alone means true
         extra: dict[str, Any] = {"nargs": "?", "const": True} if switch else {}
-        kind = " (JSON)" if str(field.type).startswith("dict") else ""
+        json_kind = " (JSON)" if typing.get_origin(kind) is dict else ""
         p.add_argument(
             "--" + name.replace("_", "-"),
             dest=f"cfg_{name}",
-            metavar=name.upper(),
-            type=_field_type(field),
+            metavar=None if path in CHOICES else name.upper(),
+            type=flag_type(kind),
+            choices=CHOICES.get(path),
             default=None,
-            help=f"PPOConfig {'.'.join(path)}{kind} (default: {default})".replace("%", "%%"),
+            help=f"PPOConfig {'.'.join(path)}{json_kind} (default: {default})".replace("%", "%%"),
             **extra,
         )
 
 
-def _field_type(field: dataclasses.Field) -> Any:
-    kind = str(field.type)
-    if kind.startswith("dict"):
+def flag_type(kind: Any) -> Callable[[str], Any]:
+    """How a flag's text becomes a value of the field's type ``kind``: JSON for a dict, yes/no for
+    a bool, a number, a string; ``none`` is ``None`` where the field takes it.
+
+    Example:
+        >>> flag_type(int | None)("none"), flag_type(float)("0.28"), flag_type(bool)("true"), flag_type(str)("dapo")
+        (None, 0.28, True, 'dapo')
+    """
+    args = typing.get_args(kind)
+    optional = type(None) in args
+    base = next((a for a in args if a is not type(None)), kind) if optional else kind
+    if typing.get_origin(base) is dict:
         return json.loads
-    if "bool" in kind:
+    if base is bool:
         return lambda s: s.lower() in ("1", "true", "yes", "on")
-    if "float" in kind:
-        return lambda s: None if s.lower() == "none" else float(s)
-    if "int" in kind:
-        return lambda s: None if s.lower() == "none" else int(s)
+    if base in (int, float):
+        return lambda s: None if optional and s.lower() == "none" else base(s)
     return str
 
 

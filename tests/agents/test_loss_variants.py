@@ -219,7 +219,7 @@ def test_the_variants_are_train_flags():
         capture_output=True,
         text=True,
     )
-    assert bad.returncode == 2 and "loss_type must be one of" in bad.stderr
+    assert bad.returncode == 2 and "--loss-type: invalid choice: 'sapo'" in bad.stderr
 
 
 def test_gym_env_smoke_with_dapo_and_dynamic_sampling():
