@@ -19,9 +19,11 @@ nothing of lmgym's sandbox); uv prepares its script once, from PyPI, under ``~/.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import os
 import queue
+import secrets
 import shutil
 import sys
 import threading
@@ -78,16 +80,34 @@ def uv_on_path() -> None:
         os.environ["PATH"] = os.pathsep.join([here, os.environ.get("PATH", "")])
 
 
+MAX_BODY = 4 * 1024 * 1024
+"""The largest request body the endpoint reads (a chat of a few MiB); past it, 413 unread."""
+
+
 class Endpoint:
     """The OpenAI-compatible endpoint one env serves: each request is handed to the env as an
-    event, and answered with the text the env puts in its reply queue."""
+    event, and answered with the text the env puts in its reply queue.
 
-    def __init__(self, events: queue.Queue[Event], timeout: float):
+    Only the env's harness gets in: a request must carry the endpoint's random ``key`` (as the
+    API key, ``Authorization: Bearer KEY``; 401 otherwise), a body of at most ``MAX_BODY`` bytes
+    (413, unread, otherwise) that is a JSON object (400 otherwise). A refused request never
+    reaches the episode."""
+
+    def __init__(self, events: queue.Queue[Event], timeout: float, key: str | None = None):
         outer = self
+        self.key = key or secrets.token_urlsafe(32)
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                refused = self.refusal()
+                if refused is not None:
+                    return self.answer(refused[0], json.dumps({"error": refused[1]}).encode(), "application/json")
+                try:
+                    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                except ValueError:
+                    body = None
+                if not isinstance(body, dict):
+                    return self.answer(400, b'{"error": "the body is not a JSON object"}', "application/json")
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     return self.answer(404, b'{"error": "lmgym serves /v1/chat/completions only"}', "application/json")
                 reply: queue.Queue[str] = queue.Queue()
@@ -99,6 +119,19 @@ class Endpoint:
                 stream = bool(body.get("stream"))
                 kind = "text/event-stream" if stream else "application/json"
                 self.answer(200, completion(text, str(body.get("model", "lmgym")), stream), kind)
+
+            def refusal(self) -> tuple[int, str] | None:
+                """Why the request is refused, before its body is read: no key, or no or too large a length."""
+                given = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+                if not hmac.compare_digest(given.encode(), outer.key.encode()):
+                    return 401, "a request needs the endpoint's key as its API key"
+                length = self.headers.get("Content-Length", "")
+                if not length.isdigit():
+                    return 411, "a request needs a Content-Length"
+                if int(length) > MAX_BODY:
+                    self.close_connection = True
+                    return 413, f"a request body is at most {MAX_BODY} bytes"
+                return None
 
             def answer(self, status: int, data: bytes, kind: str) -> None:
                 self.send_response(status)
@@ -188,8 +221,10 @@ class VerifiersEnv(LMEnv):
         self.timeout = float(timeout)
         self.events: queue.Queue[Event] = queue.Queue()
         self.endpoint = Endpoint(self.events, self.timeout)
+        self.key_var = f"LMGYM_VERIFIERS_KEY_{id(self)}"  # the harness's API key: this env's endpoint's own
+        os.environ[self.key_var] = self.endpoint.key
         self.ctx = vf.ModelContext(
-            client=vf.EvalClientConfig(base_url=self.endpoint.url, api_key_var="HOME"), model="lmgym"
+            client=vf.EvalClientConfig(base_url=self.endpoint.url, api_key_var=self.key_var), model="lmgym"
         )
         self.reply: queue.Queue[str] | None = None
         self.seen = 0
@@ -291,4 +326,5 @@ class VerifiersEnv(LMEnv):
     def close(self) -> None:
         self.finish()
         self.endpoint.close()
+        os.environ.pop(self.key_var, None)
         super().close()
