@@ -28,6 +28,63 @@ class Interrupted(RunError):
     said = "interrupted"
 
 
+class Preempted(BaseException):
+    """SIGTERM or SIGUSR1 reached a run (a scheduler's preemption: SLURM, Kubernetes, a spot
+    instance); raised where the run may stop (``Preemption``)."""
+
+
+class Stopped(RunError):
+    """A run preempted: its checkpoint written, one line, exit status 143 (128 + SIGTERM)."""
+
+    status = 143
+    said = "preempted"
+
+
+class Preemption:
+    """SIGTERM and SIGUSR1 as a clean stop: the signal raises ``Preempted`` at once, or, inside
+    ``deferred()`` (an update's optimizer steps, a checkpoint's writes), as soon as that ends, so
+    that what is checkpointed is a whole update. Installed by ``install()`` in the main thread;
+    once it has raised, the signals' default actions are back, so a second SIGTERM (or the
+    scheduler's SIGKILL) ends the process at once, its checkpoints written aside and intact."""
+
+    SIGNALS = ("SIGTERM", "SIGUSR1")
+
+    def __init__(self) -> None:
+        self.pending: str | None = None
+        self.depth = 0
+
+    def install(self) -> None:
+        import signal
+
+        for name in self.SIGNALS:
+            signal.signal(getattr(signal, name), self.handle)
+
+    def handle(self, signum: int, frame: Any) -> None:
+        import signal
+
+        self.pending = signal.Signals(signum).name
+        if not self.depth:
+            self.stop()
+
+    def stop(self) -> None:
+        import signal
+
+        for name in self.SIGNALS:
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+        received, self.pending = self.pending or "a signal", None
+        raise Preempted(received)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+        if self.pending and not self.depth:
+            self.stop()
+
+
 def failure_line(error: BaseException, log: Any, more: str = "") -> str:
     """One line for a failure whose traceback is written to ``log`` (a path): an ``EnvError``'s
     own message (it names its env), else the error's type and first line; ``more`` is added in the
@@ -72,10 +129,22 @@ def one_line_failures(describe: Callable[[BaseException], str] | None = None) ->
         yield
     except (UsageError, RunError):
         raise
+    except Preempted as error:
+        raise Stopped(describe(error)) from error
     except KeyboardInterrupt as error:
         raise Interrupted(describe(error)) from error
     except BaseException as error:  # noqa: BLE001 (whatever failed: one line, the traceback in a file)
         raise RunError(describe(error)) from error
 
 
-__all__ = ["Interrupted", "RunError", "UsageError", "failure_line", "one_line_failures", "temporary_log"]
+__all__ = [
+    "Interrupted",
+    "Preempted",
+    "Preemption",
+    "RunError",
+    "Stopped",
+    "UsageError",
+    "failure_line",
+    "one_line_failures",
+    "temporary_log",
+]

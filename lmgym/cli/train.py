@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmgym.agents.defaults import DEFAULT_EPISODES, PRETRAINED_MINUTES, PURE_RL_MIN_UPDATES
-from lmgym.cli.errors import RunError, UsageError, failure_line, one_line_failures
+from lmgym.cli.errors import Preempted, Preemption, RunError, UsageError, failure_line, one_line_failures
 from lmgym.cli.evaluate import eval_envs_count
 from lmgym.cli.options import (
     add_config_flags,
@@ -117,6 +117,8 @@ def train(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     lock = claim_run_dir(spec)  # noqa: F841 (held until the process ends)
     built: dict[str, Any] = {}  # the agent and envs once they exist: a failure checkpoints the agent
+    preemption = built["preemption"] = Preemption()
+    preemption.install()  # SIGTERM/SIGUSR1: checkpoint the last whole update, exit 143
     with one_line_failures(lambda e: run_failure(built.get("agent"), built.get("envs"), spec.out, e)):
         run(spec, built, started)  # a failure: one line, the traceback in OUT/error.log, a checkpoint
 
@@ -137,6 +139,9 @@ def run(spec: RunSpec, built: dict[str, Any], started: float) -> None:
     if problem:
         raise UsageError(problem)
     agent = built["agent"] = make_agent(spec)
+    update, save = agent.update, agent.save_checkpoint
+    agent.update = lambda *a, **k: deferred(built["preemption"], update, *a, **k)  # type: ignore[method-assign]
+    agent.save_checkpoint = lambda *a, **k: deferred(built["preemption"], save, *a, **k)  # type: ignore[method-assign]
     check_chat_template(spec, agent.tokenizer)
     print(format_memory(agent.memory_estimate()))
     spec = with_reply_budget(spec, recipe, agent)
@@ -255,18 +260,27 @@ def describe_budget(agent: PPOAgent, target: int, update_seconds: float) -> str:
     )
 
 
+def deferred(preemption: Preemption, method: Any, *args: Any, **kwargs: Any) -> Any:
+    """``method`` run whole: a preemption's signal during it stops the run after it (``Preemption``)."""
+    with preemption.deferred():
+        return method(*args, **kwargs)
+
+
 def run_failure(agent: PPOAgent | None, envs: VectorEnv | None, out: Path, error: BaseException) -> str:
-    """The run failed (an env, the engine's process, Ray, a model file, anything): the traceback
-    goes to ``OUT/error.log``, the agent as of its last update to a checkpoint (a failed collect
-    changes no weights); returns the line that says so."""
+    """The run failed (an env, the engine's process, Ray, a model file, anything) or was preempted
+    (SIGTERM): the traceback goes to ``OUT/error.log``, the agent as of its last update to a
+    checkpoint (a failed or abandoned collect changes no weights, an update runs whole); returns
+    the line that says so."""
     resume = ""
     if agent is not None and agent.num_updates:
         try:
             agent.save_checkpoint(out / "checkpoints", envs)
-            resume = f"; update {agent.num_updates} is checkpointed: fix it, then --resume {out}"
+            fix = "" if isinstance(error, Preempted) else "fix it, then "
+            resume = f"; update {agent.num_updates} is checkpointed: {fix}--resume {out}"
         except Exception as e:  # noqa: BLE001 (a full disk, say: the last good checkpoint stays)
             resume = f"; checkpointing update {agent.num_updates} failed too ({type(e).__name__}: {str(e)[:100]})"
-    return failure_line(error, out / "error.log", resume)
+    except_line = f"{error} received" if isinstance(error, Preempted) else None
+    return (except_line + resume) if except_line else failure_line(error, out / "error.log", resume)
 
 
 __all__ = ["DEFAULT_ENV", "add_parser", "train"]
