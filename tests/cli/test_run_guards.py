@@ -146,3 +146,34 @@ def test_warm_start_cache_damaged_is_rebuilt(tmp_path, monkeypatch, capsys):
     model, _, again = default_model("lmgym/Echo-v0", {}, config)
     assert again == path and "unreadable: rebuilding it" in capsys.readouterr().out
     assert os.path.getsize(path / "config.json") > 0 and model is not None
+
+
+def test_a_live_lock_names_its_process_and_a_stale_one_is_taken_over(tmp_path, capsys):
+    """Two processes: the holder is named; once it is killed (-9, no unlock), the lock is taken over in one line."""
+    import signal
+    import subprocess
+    import sys
+
+    from lmgym.cli.rundir import claim_run_dir
+
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from lmgym.cli.rundir import claim_run_dir; "
+            "from lmgym.cli.spec import RunSpec; from pathlib import Path; "
+            f"lock = claim_run_dir(RunSpec('train', 'lmgym/Echo-v0', out=Path({str(tmp_path)!r}))); "
+            "print('held', flush=True); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline().strip() == "held"
+    spec = RunSpec("train", "lmgym/Echo-v0", out=tmp_path)
+    with pytest.raises(UsageError, match=rf"another lmgym train \(pid {holder.pid} on .* since .*\) is writing to"):
+        claim_run_dir(spec)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    lock = claim_run_dir(spec)
+    assert f"took over the run lock of pid {holder.pid} on" in capsys.readouterr().out
+    lock.close()
