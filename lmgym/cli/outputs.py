@@ -4,6 +4,7 @@ transcripts, ``summary.json`` and the before/after table."""
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING, Any
 
 from lmgym.cli.options import table
@@ -33,6 +34,51 @@ def write_outputs(spec: RunSpec, agent: PPOAgent, before: tuple, after: tuple) -
     write_aside(out / "transcripts.md", "".join(parts))
 
 
+def provenance(spec: RunSpec, agent: PPOAgent) -> dict[str, Any]:
+    """What a run needs to be replayed, and whether a replay can be bit-exact: the versions of
+    Python, lmgym, torch and transformers, the git commit of a source checkout, the machine and
+    its thread count, the device, and the full resolved config (``config.json`` has it flat)."""
+    import platform
+    import subprocess
+    from pathlib import Path
+
+    import torch
+    import transformers
+
+    import lmgym
+
+    try:
+        where = Path(lmgym.__file__).resolve().parents[1]
+        run = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
+        commit = run.stdout.strip() if run.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    config = agent.config
+    inexact = [
+        why
+        for why, holds in [
+            ("the vLLM engine samples in its own process and kernels", config.engine.name == "vllm"),
+            ("Ray engines or env actors run in other processes", bool(config.engine.engines or spec.ray)),
+            ("a GPU's kernels are not batch-invariant", agent.accelerator.device.type != "cpu"),
+            ("the overlapped update collects in a thread beside the update", config.rollout.overlap_update),
+        ]
+        if holds
+    ]
+    return {
+        "python": platform.python_version(),
+        "lmgym": lmgym.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "commit": commit,
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip() + f", {os.cpu_count()} CPUs",
+        "threads": torch.get_num_threads(),
+        "device": str(agent.accelerator.device),
+        "bit_exact": not inexact,
+        "not_bit_exact_because": inexact,
+        "config": config.to_dict(),
+    }
+
+
 def report(spec: RunSpec, agent: PPOAgent, before: dict[str, Any], after: dict[str, Any], wall: float) -> None:
     """``summary.json``, and the before/after table."""
     keys = ("success", "success_ci", "tool_rate", "mean_return", "return_ci", "errors", "sampled")
@@ -50,6 +96,7 @@ def report(spec: RunSpec, agent: PPOAgent, before: dict[str, Any], after: dict[s
         "seed": spec.seed,
         "episodes": agent.num_episodes,
         "estimator": agent.config.estimator,
+        "provenance": provenance(spec, agent),
     }
     write_aside(spec.out / "summary.json", json.dumps(summary, indent=2))
     rows = [

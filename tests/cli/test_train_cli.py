@@ -62,6 +62,9 @@ def test_train_writes_every_output(smoke_run):
     assert "success (greedy)" in result.stdout and "tool-call rate" in result.stdout and "wall time" in result.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["env"] == "lmgym/Calculator-v0" and summary["seed"] == 3
+    made = summary["provenance"]  # what a replay needs
+    assert made["config"]["seed"] == 3 and made["bit_exact"] and made["not_bit_exact_because"] == []
+    assert made["torch"] and made["transformers"] and made["python"] and made["threads"] >= 1
     for phase in ("before", "after"):
         assert set(summary[phase]) == {"success", "success_ci", "tool_rate", "mean_return", "return_ci", "errors"}
         assert all(0.0 <= summary[phase][k] <= 1.0 for k in ("success", "tool_rate", "mean_return"))
