@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 import lmgym
-from lmgym.cli import docs, doctor, envs, evaluate, export, rescore, train, view
+from lmgym.cli import compare, docs, doctor, envs, evaluate, export, rescore, train, view
 from lmgym.cli.errors import RunError, UsageError
 from lmgym.cli.options import import_env_module
 from lmgym.cli.spec import parse_kwargs
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_parser(sub)
     rescore.add_parser(sub)
     export.add_parser(sub)
+    compare.add_parser(sub)
     docs.add_parser(sub)
     return parser
 

@@ -113,6 +113,8 @@ class RunSpec:
     system: str | None = None
     add_special_tokens: bool = False
     seed: int = 0
+    seeds: tuple[int, ...] | None = None
+    """``--seeds 0,1,2``: one run per seed in ``OUT/seed-N``, then ``lmgym compare`` of them."""
     threads: int | None = None
     num_envs: int = 32
     episodes: int | None = None

@@ -98,6 +98,13 @@ def add_parser(sub: Any) -> None:
         help="JSON of transformers generation kwargs, on top of the recipe's",
     )
     p.add_argument("--doctor", action="store_true", help="run lmgym doctor's checks first; stop on a FAIL")
+    p.add_argument(
+        "--seeds",
+        type=lambda s: tuple(int(x) for x in s.split(",")),
+        default=None,
+        metavar="0,1,2",
+        help="one run per seed, one after the other, in OUT/seed-N, then compared (lmgym compare) into OUT",
+    )
     p.set_defaults(func=train)
 
 
@@ -114,6 +121,20 @@ def add_learning_flags(p: argparse.ArgumentParser) -> None:
 def train(args: argparse.Namespace) -> None:
     spec = RunSpec.from_args(args)
     check_inputs(spec)  # bad input fails here, before torch is even imported
+    if spec.seeds:  # one run per seed, one after the other, then compared
+        for seed in spec.seeds:
+            print(f"--- seed {seed}: {spec.out / f'seed-{seed}'}")
+            train_one(dataclasses.replace(spec, seed=seed, seeds=None, out=spec.out / f"seed-{seed}"))
+        from lmgym.cli.compare import compare, printed
+
+        print(printed(compare([spec.out / f"seed-{seed}" for seed in spec.seeds], spec.out)))
+        print(f"wrote {spec.out / 'compare.json'} and {spec.out / 'compare.png'}")
+        return
+    train_one(spec)
+
+
+def train_one(spec: RunSpec) -> None:
+    """One run of ``spec`` into ``spec.out``."""
     started = time.perf_counter()
     lock = claim_run_dir(spec)  # noqa: F841 (held until the process ends)
     built: dict[str, Any] = {}  # the agent and envs once they exist: a failure checkpoints the agent
