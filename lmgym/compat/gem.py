@@ -13,8 +13,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from lmgym.compat import LibraryError, OwnRNG, check_name, named_errors, require
-from lmgym.core import LMEnv
+from lmgym.compat import LibraryError, check_name, named_errors, require
+from lmgym.compat.library import LibraryEnv, bisection
 
 NEEDS = {
     "math:": "the network, to download its dataset from the Hugging Face Hub",
@@ -60,7 +60,7 @@ def check_kwargs(env_id: str, entry_point: Any, kwargs: dict[str, Any]) -> None:
         raise ValueError(f"GEM env {env_id!r} takes no env_kwargs {unknown[0]!r}; it takes: {takes}")
 
 
-class GEMEnv(LMEnv):
+class GEMEnv(LibraryEnv):
     """A GEM env (``gem-llm``): its text in, the model's text out, its rewards.
 
     ## Description
@@ -114,7 +114,7 @@ class GEMEnv(LMEnv):
         check_name("GEM env", env_id, list(registry), "gem")
         self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
         self.stop_strings = tuple(stop_strings)
-        self.rng = OwnRNG()
+        self.what = f"GEM env {env_id!r}"
         need = next((what for prefix, what in NEEDS.items() if env_id.startswith(prefix)), None)
         module = str(registry[env_id].entry_point).partition(":")[0]
         if module in RUNS_ANSWERS:
@@ -122,7 +122,7 @@ class GEMEnv(LMEnv):
         try:
             if self.env_kwargs:
                 check_kwargs(env_id, registry[env_id].entry_point, self.env_kwargs)
-            with self.rng, named_errors(f"GEM env {env_id!r}"):
+            with self.call():
                 self.gem = require("gem", "gem").make(env_id, **self.env_kwargs)
                 safe_reasoning_gym_scorer(self.gem)
         except LibraryError as e:
@@ -133,31 +133,27 @@ class GEMEnv(LMEnv):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        inner_seed = int(self.np_random.integers(2**31))
-        self.rng.seed(inner_seed)
-        with self.rng, named_errors(f"GEM env {self.env_id!r} reset"):
+        inner_seed = self.library_seed()
+        with self.call("reset"):
             obs, info = self.gem.reset(seed=inner_seed)
         self.hints = []
-        return f"{obs}\n", _plain(info)
+        return f"{obs}\n", self.plain_info(info)
 
     def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        with self.rng, named_errors(f"GEM env {self.env_id!r}", text):
+        with self.call(action=text):
             obs, reward, terminated, truncated, info = self.gem.step(text)
         self.hints += [(h, int(n)) for h, n in HINT.findall(str(obs))]
         done = bool(terminated or truncated)
         suffix = info.get("suffix") if isinstance(info, dict) and not done else None
         out = f"{obs}\n{suffix}\n" if suffix else f"{obs}\n"
-        info = {**_plain(info), "correct": done and float(reward) >= 1.0}
+        info = {**self.plain_info(info), "correct": done and float(reward) >= 1.0}
         return out, float(reward), bool(terminated), bool(truncated) and not terminated, info
 
     def oracle(self) -> str:
         """For GuessTheNumber: bisection over the hints so far (GEM envs have no oracle of their own)."""
         if type(self.gem).__name__ != "GuessTheNumberEnv":
             raise NotImplementedError(f"GEM env {self.env_id!r} has no oracle in lmgym")
-        lo, hi = self.gem.min_number, self.gem.max_number
-        for hint, n in self.hints:
-            lo, hi = (max(lo, n + 1), hi) if hint == "higher" else (lo, min(hi, n - 1))
-        return f"\\boxed{{{(lo + hi) // 2}}}"
+        return f"\\boxed{{{bisection(self.gem.min_number, self.gem.max_number, self.hints)}}}"
 
 
 def safe_reasoning_gym_scorer(env: Any) -> None:
@@ -169,10 +165,6 @@ def safe_reasoning_gym_scorer(env: Any) -> None:
 
         config = {"seed": inner.seed, "size": inner.size}
         inner.reward_fn = SafeScorer(inner.name, inner.ds, config)
-
-
-def _plain(info: Any) -> dict[str, Any]:
-    return dict(info) if isinstance(info, dict) else {}
 
 
 __all__ = ["GEMEnv", "make"]

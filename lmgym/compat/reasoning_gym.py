@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from lmgym.compat import LibraryError, check_name, code_answers, named_errors, require
-from lmgym.core import LMEnv
+from lmgym.compat.library import LibraryEnv
 
 ANSWER = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.DOTALL)
 BARE = re.compile(r"[^\n<>]{1,40}")  # a reply that is nothing but a short answer ("No.", "42")
@@ -76,7 +76,7 @@ def reading(answer_format: str, tokenizer: Any) -> str:
     return "final" if getattr(getattr(tokenizer, "hf", None), "chat_template", None) else "tags"
 
 
-class ReasoningGymEnv(LMEnv):
+class ReasoningGymEnv(LibraryEnv):
     """A reasoning-gym task: one question per episode, scored by reasoning-gym itself.
 
     ## Description
@@ -163,6 +163,7 @@ class ReasoningGymEnv(LMEnv):
         self.entry: dict[str, Any] = {}
         self.attempts = 0
         self.refused: str | None = None  # why the last answer was not scored (code_answers)
+        self.what = f"reasoning-gym task {task!r}"
 
     def _reseedable(self) -> bool:
         """Whether setting the dataset's ``seed`` gives the instance a new dataset of that seed
@@ -209,6 +210,7 @@ class ReasoningGymEnv(LMEnv):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
+        self.library_seed()  # the scorer's draws, if any, from the env's own stream
         index = seed if seed is not None else int(self.np_random.integers(2**30))
         if self.reseedable:
             self.dataset.seed = int(self.config["seed"]) + index

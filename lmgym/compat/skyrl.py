@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lmgym.compat import OwnRNG, named_errors, require
-from lmgym.core import LMEnv
+from lmgym.compat import require
+from lmgym.compat.library import LibraryEnv
 
 DEFAULT_TASKS = [
     {
@@ -79,19 +79,17 @@ def env_factory(env: Any) -> tuple[str, Callable[..., Any]]:
 
 
 def as_text(messages: Any) -> str:
-    """A turn's messages as the model reads them: their contents, a blank line apart.
+    """A turn's messages as the model reads them (``LibraryEnv.render_messages``), ending a line.
 
     Example:
         >>> as_text([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}])
         'Be brief.\\n\\n2+2?\\n'
     """
-    if isinstance(messages, str):
-        return messages if messages.endswith("\n") else messages + "\n"
-    text = "\n\n".join(str(m.get("content", "")) for m in messages or [] if isinstance(m, dict))
-    return text + "\n" if text else ""
+    text = LibraryEnv.render_messages(messages)
+    return text if not text or text.endswith("\n") else text + "\n"
 
 
-class SkyRLEnv(LMEnv):
+class SkyRLEnv(LibraryEnv):
     """A skyrl-gym env (``text2sql``, ``gsm8k_multi_turn``, ...) or your own ``BaseTextEnv``.
 
     ## Description
@@ -150,24 +148,22 @@ class SkyRLEnv(LMEnv):
         self.config = require("omegaconf", "skyrl").OmegaConf.create(dict(env_config or {}))
         self.oracle_fn = oracle or ORACLES.get(self.name)
         self.what = f"skyrl-gym env {self.name!r}"
-        self.rng = OwnRNG()
         self.inner: Any = None
         self.row: dict[str, Any] = {}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        if seed is not None:
-            self.rng.seed(seed)
+        self.library_seed()
         self.row = self.draw()
         fields = {k: v for k, v in self.row.items() if k != "prompt"}
         messages = self.row["prompt"]
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
-        with self.rng, named_errors(self.what):
+        with self.call("reset"):
             self.close_inner()
             self.inner = self.make_env(self.config, dict(fields))
             first, _ = self.inner.init(messages)
-        return as_text(first), {"task": {k: v for k, v in fields.items() if isinstance(v, (str, int, float, bool))}}
+        return as_text(first), {"task": self.plain_info(fields)}
 
     def draw(self) -> dict[str, Any]:
         """A task row: ``tasks(rng)``, or the row the env's RNG indexes."""
@@ -178,14 +174,14 @@ class SkyRLEnv(LMEnv):
         return dict(row)
 
     def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        with self.rng, named_errors(self.what, text):
+        with self.call(action=text):
             out = self.inner.step(text)
         reward, done = float(out.get("reward") or 0.0), bool(out.get("done"))
         used = getattr(self.inner, "turns", 0) >= getattr(self.inner, "max_turns", float("inf"))
         at_limit = done and used and reward < 1.0  # out of turns, not solved on the last one
         info = {"correct": reward >= 1.0}
         metadata = out.get("metadata") or {}
-        info.update({k: v for k, v in metadata.items() if isinstance(v, (str, int, float, bool))})
+        info.update(self.plain_info(metadata))
         return as_text(out.get("observations")), reward, done and not at_limit, at_limit, info
 
     def oracle(self) -> str:
@@ -201,7 +197,7 @@ class SkyRLEnv(LMEnv):
             self.inner = None
 
     def close(self) -> None:
-        with named_errors(self.what):
+        with self.call("close", rng=False):
             self.close_inner()
         super().close()
 

@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from lmgym.compat import LibraryError, OwnRNG, check_name, named_errors, require
-from lmgym.core import LMEnv
+from lmgym.compat import LibraryError, check_name, require
+from lmgym.compat.library import LibraryEnv, bisection
 
 MOVES = re.compile(r"(?:available|valid|legal) moves?\s*:?\s*(.*)", re.IGNORECASE)
 BRACKETED = re.compile(r"\[[^\[\]\n]{1,40}\]")
@@ -113,7 +113,7 @@ def as_opponent(opponent: Any, seed: int = 0) -> Callable[[str], str] | None:
     raise ValueError(f"opponent must be a callable str -> str, 'random' or a saved model's path, got {opponent!r:.80}")
 
 
-class TextArenaEnv(LMEnv):
+class TextArenaEnv(LibraryEnv):
     """A TextArena game: the model plays one side, an opponent (if any) the other.
 
     ## Description
@@ -169,9 +169,8 @@ class TextArenaEnv(LMEnv):
         check_name("TextArena game", game, [i for i in registry if not i.endswith("-raw")], "textarena")
         self.game, self.player = game, int(player)
         self.stop_strings = tuple(stop_strings)
-        self.rng = OwnRNG()
         self.what = f"TextArena game {game!r}"
-        with self.rng, named_errors(self.what), needs_network(self.what):
+        with self.call(), needs_network(self.what):
             self.ta = ta.make(game + "-raw" if game + "-raw" in registry else game)
             self.num_players = self._players()
         if self.num_players == 2:
@@ -198,26 +197,26 @@ class TextArenaEnv(LMEnv):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        inner_seed = int(self.np_random.integers(2**31))
-        self.rng.seed(inner_seed)
+        inner_seed = self.library_seed()
         if isinstance(self.opponent, RandomPlayer):
             self.opponent.rng.seed(inner_seed)
-        with self.rng, named_errors(f"{self.what} reset"), needs_network(self.what):
+        with self.call("reset"), needs_network(self.what):
             self.ta.reset(num_players=self.num_players, seed=inner_seed)
         self.opponent_view = ""
         text, done = self._advance(False)
         return text, {"game": self.game}
 
     def step_text(self, text: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        with self.rng, named_errors(self.what, text), needs_network(self.what):
+        with self.call(action=text), needs_network(self.what):
             done, _ = self.ta.step(text)
         obs, done = self._advance(done)
         if not done:
             return obs, 0.0, False, False, {"game": self.game}
-        with self.rng, named_errors(f"{self.what} close"):
+        with self.call("close"):
             rewards, game_info = self.ta.close()
         reward = float((rewards or {}).get(self.player, 0.0))
-        info = {"game": self.game, "correct": reward >= 1.0, "game_info": _plain(game_info, self.player)}
+        mine = game_info.get(self.player) if isinstance(game_info, dict) else None
+        info = {"game": self.game, "correct": reward >= 1.0, "game_info": self.plain_info(mine or game_info)}
         return obs, reward, True, False, info
 
     def _advance(self, done: bool) -> tuple[str, bool]:
@@ -229,7 +228,7 @@ class TextArenaEnv(LMEnv):
             with self.rng:
                 move = str(self.opponent(self.opponent_view))
             self.opponent_view += f"\n[Player {opponent}] {move}"
-            with self.rng, named_errors(f"{self.what} (the opponent's move)", move):
+            with self.call("(the opponent's move)", move):
                 done, _ = self.ta.step(move)
         return self._format(self._take(self.player), skip=self.player), done
 
@@ -252,13 +251,9 @@ class TextArenaEnv(LMEnv):
         """For GuessTheNumber: bisection over the game's hints (TextArena games have no oracle)."""
         if type(self.ta).__name__ != "GuessTheNumberEnv":
             raise NotImplementedError(f"{self.what} has no oracle in lmgym")
-        lo, hi = self.ta.min_number, self.ta.max_number
-        for guess in self.ta.guessed_numbers:
-            if guess < self.ta.game_number:
-                lo = max(lo, guess + 1)
-            elif guess > self.ta.game_number:
-                hi = min(hi, guess - 1)
-        return f"[{(lo + hi) // 2}]"
+        number = self.ta.game_number
+        hints = [("higher" if g < number else "lower", g) for g in self.ta.guessed_numbers if g != number]
+        return f"[{bisection(self.ta.min_number, self.ta.max_number, hints)}]"
 
 
 class needs_network:
@@ -282,14 +277,6 @@ class needs_network:
             error, ConnectionError
         ):
             raise LibraryError(f"{self.what} needs the network at run time (an API or a download)") from error
-
-
-def _plain(info: Any, player: int) -> dict[str, Any]:
-    if isinstance(info, dict) and isinstance(info.get(player), dict):
-        info = info[player]
-    return (
-        {str(k): v for k, v in info.items() if isinstance(v, (str, int, float, bool))} if isinstance(info, dict) else {}
-    )
 
 
 __all__ = ["TextArenaEnv", "random_legal_move"]

@@ -32,26 +32,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from lmgym.compat import LibraryError, named_errors, require
-from lmgym.core import LMEnv
+from lmgym.compat.library import LibraryEnv
 
 Event = tuple[str, Any, "queue.Queue[str] | None"]
 """``("request", messages, reply queue)``, ``("done", episode, None)`` or ``("error", exception, None)``."""
-
-
-def content_text(content: Any) -> str:
-    """A message's content as text: a string, or its text parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return "" if content is None else str(content)
-
-
-def as_text(messages: list[dict[str, Any]], tools: Any = None) -> str:
-    """Messages as the model reads them: their contents, a blank line apart (the tools offered first)."""
-    parts = [f"Tools: {json.dumps(tools)}"] if tools else []
-    parts += [text for m in messages if (text := content_text(m.get("content")))]
-    return "\n\n".join(parts)
 
 
 def completion(text: str, model: str, stream: bool) -> bytes:
@@ -154,7 +138,7 @@ class Endpoint:
         self.server.server_close()
 
 
-class VerifiersEnv(LMEnv):
+class VerifiersEnv(LibraryEnv):
     """A verifiers v1 taskset, played by lmgym's agent through a harness.
 
     ## Description
@@ -258,7 +242,7 @@ class VerifiersEnv(LMEnv):
             raise LibraryError(f"{self.what}: the episode ended before the harness called the model")
         self.seen = len(body.get("messages") or [])
         data = self.task.data.model_dump(mode="json", exclude_defaults=True)
-        return as_text(body.get("messages") or [], body.get("tools")), {"task": json.dumps(data)[:2000]}
+        return self.render_messages(body.get("messages") or [], body.get("tools")), {"task": json.dumps(data)[:2000]}
 
     def play(self, task: Any, events: queue.Queue[Event]) -> None:
         """verifiers' episode, in this thread's own event loop; its end is the last event."""
@@ -291,7 +275,7 @@ class VerifiersEnv(LMEnv):
         if kind == "request":
             messages = body.get("messages") or []
             new, self.seen = messages[self.seen + 1 :], len(messages)  # after the completion just sent
-            return as_text(new), 0.0, False, False, {}
+            return self.render_messages(new), 0.0, False, False, {}
         self.thread = None
         return "", *self.outcome(body)
 

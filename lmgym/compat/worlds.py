@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from lmgym.compat import LibraryError, check_name, named_errors, require
-from lmgym.core import LMEnv
+from lmgym.compat.library import LibraryEnv
 
 MAX_COMMAND_CHARS = 100
 """A command's length at most, unless a world sets its own (``WorldEnv.max_command_chars``):
@@ -66,7 +66,7 @@ def require_java(what: str) -> None:
         raise LibraryError(f"{what} runs in a JVM and no java is on the PATH: apt install openjdk-17-jre-headless")
 
 
-class WorldEnv(LMEnv):
+class WorldEnv(LibraryEnv):
     """A text world's turns (subclasses write ``begin``, ``play``, ``commands`` and ``gold``).
 
     The prompt is the task, then what the game says, then ``> ``; each turn the model writes one
@@ -126,7 +126,7 @@ class WorldEnv(LMEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         with named_errors(self.what):
-            task, feedback, score = self.begin(int(self.np_random.integers(2**31)))
+            task, feedback, score = self.begin(self.library_seed())
             said = task.strip() in feedback  # TextWorld's intro states the objective itself
             prompt = self.view(feedback) if said else f"{task.strip()}\n\n{self.view(feedback)}"
         self.score, self.won, self.lost, self.path = float(score), False, False, []
