@@ -9,8 +9,11 @@
   HF engine's KV cache kept across turns and with the whole history prefilled every turn.
 
 Each pair is measured interleaved (A B A B ...) and the medians of ``--reps`` are printed.
+``--beside COMMIT`` instead times one agent iteration (``collect`` then ``update``, the same
+seeded model, envs and batch) of this tree and of ``COMMIT`` (a git worktree of it), each in a
+subprocess of its own, interleaved, and prints the medians and their ratio.
 
-    python benchmarks/throughput.py [--threads 1] [--episodes 64] [--reps 5]
+    python benchmarks/throughput.py [--threads 1] [--episodes 64] [--reps 5] [--beside 741a07e]
 """
 
 from __future__ import annotations
@@ -130,14 +133,69 @@ def turns(args: argparse.Namespace) -> None:
         print(f"| {k} | {cached:.1f} | {fresh:.1f} | {fresh / cached:.2f}x |")
 
 
+ITERATION = """
+import statistics, sys, time
+import gymnasium as gym, torch
+sys.path.insert(0, sys.argv[1])
+import lmgym
+from lmgym.agents import PPOAgent, PPOConfig
+from transformers import GPT2Config, GPT2LMHeadModel
+torch.set_num_threads(int(sys.argv[2]))
+torch.manual_seed(0)
+model = GPT2LMHeadModel(GPT2Config(vocab_size=258, n_embd=64, n_layer=2, n_head=2, n_positions=128,
+                                   bos_token_id=256, eos_token_id=256))
+agent = PPOAgent(model, tokenizer=lmgym.ByteTokenizer(), config=PPOConfig(seed=0, learning_rate=1e-3))
+envs = gym.make_vec("lmgym/Echo-v0", num_envs=16, vectorization_mode="sync", tokenizer=agent.tokenizer)
+times = {"collect": [], "update": []}
+for _ in range(int(sys.argv[3]) + 1):
+    start = time.perf_counter(); batch = agent.collect(envs, int(sys.argv[4])); middle = time.perf_counter()
+    agent.update(batch); end = time.perf_counter()
+    times["collect"].append(middle - start); times["update"].append(end - middle)
+print("RESULT", statistics.median(times["collect"][1:]), statistics.median(times["update"][1:]))
+"""
+
+
+def beside(args: argparse.Namespace) -> None:
+    """This tree's collect and update beside ``args.beside``'s, each in its own subprocess, interleaved."""
+    import pathlib
+    import subprocess
+    import sys
+    import tempfile
+
+    here = pathlib.Path(__file__).resolve().parents[1]
+    old = pathlib.Path(tempfile.mkdtemp(prefix="lmgym-beside-")) / "tree"
+    subprocess.run(["git", "-C", str(here), "worktree", "add", "--detach", str(old), args.beside], check=True)
+    try:
+        results: dict[str, list[tuple[float, float]]] = {"before": [], "now": []}
+        for _ in range(args.reps):
+            for name, tree in (("before", old), ("now", here)):
+                command = [sys.executable, "-c", ITERATION, str(tree), str(args.threads), "3", str(args.episodes)]
+                out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=tree).stdout
+                line = next(s for s in out.splitlines() if s.startswith("RESULT"))
+                results[name].append(tuple(map(float, line.split()[1:])))  # type: ignore[arg-type]
+        print(
+            f"| {args.episodes} Echo-v0 episodes, {args.threads} thread(s) | before ({args.beside}) | now | now/before |"
+        )
+        print("| --- | ---: | ---: | ---: |")
+        for i, stage in enumerate(("collect", "update")):
+            b, n = (statistics.median(r[i] for r in results[k]) for k in ("before", "now"))
+            print(f"| {stage} s | {b:.3f} | {n:.3f} | {n / b:.2f}x |")
+    finally:
+        subprocess.run(["git", "-C", str(here), "worktree", "remove", "--force", str(old)], check=False)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--beside", default=None, metavar="COMMIT", help="time collect and update beside COMMIT's")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.beside:
+        beside(args)
+        return
     overhead(args)
     turns(args)
 
