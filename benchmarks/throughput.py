@@ -173,9 +173,8 @@ def beside(args: argparse.Namespace) -> None:
                 out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=tree).stdout
                 line = next(s for s in out.splitlines() if s.startswith("RESULT"))
                 results[name].append(tuple(map(float, line.split()[1:])))  # type: ignore[arg-type]
-        print(
-            f"| {args.episodes} Echo-v0 episodes, {args.threads} thread(s) | before ({args.beside}) | now | now/before |"
-        )
+        shape = f"{args.episodes} Echo-v0 episodes, {args.threads} thread(s)"
+        print(f"| {shape} | before ({args.beside}) | now | now/before |")
         print("| --- | ---: | ---: | ---: |")
         for i, stage in enumerate(("collect", "update")):
             b, n = (statistics.median(r[i] for r in results[k]) for k in ("before", "now"))

