@@ -14,7 +14,8 @@ import torch
 
 import lmgym
 from lmgym.agents import PPOAgent, PPOConfig
-from lmgym.agents.recording import EPISODES_FILE, episode_record, token_pieces
+from lmgym.agents.recording import EPISODES_FILE
+from lmgym.agents.records import episode_record, token_pieces
 from lmgym.agents.trajectories import Episode
 from lmgym.agents.warmstart import tiny_gpt2
 from lmgym.report import build_report, color_scale, diverging_color, read_jsonl, report_data, script_json

@@ -84,6 +84,7 @@ class PPOAgent:
         self.accelerator = Accelerator(mixed_precision=config.model.mixed_precision, gradient_accumulation_steps=steps)
         set_seed(config.seed + self.accelerator.process_index)
         model, self.tokenizer = prepare_model(model, tokenizer, config.model)
+        model.zero_grad(set_to_none=True)  # gradients the model arrives with (a warm start's) are not this run's
         self.is_peft = hasattr(model, "disable_adapter")  # saved as its adapters and the name of their base
         own_reference = ref_model is not None or not self.is_peft  # else the base with the adapters off
         self.ref_model = reference_model(model, ref_model, self.accelerator.device) if own_reference else None

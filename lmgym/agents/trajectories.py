@@ -272,7 +272,7 @@ class Trajectories:
         viewer): each model token coloured by its advantage (``advantages``, one (T,) per episode:
         ``agent.last_update.advantages`` after ``agent.update(batch)``), with its log-prob, value
         and KL on hover. ``tokenizer`` defaults to the one ``collect`` attached."""
-        from lmgym.agents.recording import episode_record
+        from lmgym.agents.records import episode_record
         from lmgym.report import report_data, write_html
 
         tokenizer = tokenizer or self.tokenizer

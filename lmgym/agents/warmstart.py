@@ -149,6 +149,7 @@ def supervised_finetune(
         schedule.step()
         losses.append(loss.item())
         bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+    optimizer.zero_grad(set_to_none=True)  # the last step's gradients stay here, not in RL's first step
     model.eval()
     return losses
 

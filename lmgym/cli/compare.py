@@ -60,6 +60,7 @@ def read_run(path: Path) -> dict[str, Any]:
 def compare(runs: list[Path], out: Path) -> dict[str, Any]:
     """Reads the runs, writes ``out/compare.json`` and ``out/compare.png``, returns the comparison."""
     rows = [read_run(path) for path in runs]
+    out.mkdir(parents=True, exist_ok=True)
     summary = {
         "runs": rows,
         "before": {

@@ -103,7 +103,7 @@ def bisection(low: int, high: int, hints: Iterable[tuple[str, int]]) -> int:
 
     Example:
         >>> bisection(1, 20, [("higher", 10), ("lower", 15)])
-        13
+        12
     """
     for hint, n in hints:
         low, high = (max(low, n + 1), high) if hint == "higher" else (low, min(high, n - 1))

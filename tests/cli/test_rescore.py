@@ -12,7 +12,8 @@ import torch
 
 import lmgym
 from lmgym.agents import PPOAgent, PPOConfig
-from lmgym.agents.recording import EPISODES_FILE, episode_record
+from lmgym.agents.recording import EPISODES_FILE
+from lmgym.agents.records import episode_record
 from lmgym.agents.trajectories import EpisodeBuilder
 from lmgym.agents.warmstart import tiny_gpt2
 from lmgym.report import read_jsonl

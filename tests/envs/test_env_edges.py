@@ -109,8 +109,8 @@ def cli(*args, env=None):
 @pytest.mark.parametrize(
     "args",
     [
-        ["play", "lmgym/Calculator-v0", "max_digits=0"],
-        ["play", "lmgym/Calculator-v0", "no_such_arg=1"],
+        ["play", "lmgym/Calculator-v0", "--env-arg", "max_digits=0"],
+        ["play", "lmgym/Calculator-v0", "--env-arg", "no_such_arg=1"],
         ["train", "--env-arg", "max_digits=0", "--out", "/nonexistent/never-written"],
     ],
 )
@@ -119,6 +119,13 @@ def test_a_bad_env_argument_is_one_line_and_exit_2(args):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "bad argument for lmgym/Calculator-v0" in lines[0], result.stderr
+
+
+def test_plays_positional_env_arguments_are_an_alias_that_warns():
+    result = cli("play", "lmgym/Calculator-v0", "max_digits=0")
+    lines = result.stderr.strip().splitlines()
+    assert lines[0] == "note: lmgym play's positional KEY=VALUE is the old form: use --env-arg max_digits=0"
+    assert result.returncode == 2 and "bad argument for lmgym/Calculator-v0" in lines[1]  # and it still applies
 
 
 def test_an_unreachable_model_name_fails_at_once(monkeypatch):

@@ -22,8 +22,8 @@ def make_token_level(env_id="lmgym/Echo-v0", **kwargs):
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_token_level_passes_both_checkers(env_id):
-    sb3 = pytest.importorskip("stable_baselines3", reason="pip install 'lmgym[sb3]'")
-    sb3_check_env = sb3.common.env_checker.check_env
+    sb3_checker = pytest.importorskip("stable_baselines3.common.env_checker", reason="pip install 'lmgym[sb3]'")
+    sb3_check_env = sb3_checker.check_env
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
