@@ -54,7 +54,7 @@ class UpdateBatch:
             return pad_batch(list(rows), 0)[0].to(device)
 
         weighted = any(e.sampler_logprobs is not None for e in episodes)
-        kept = [e.action_mask & (not (mask_truncated and cut(e))) for e in episodes]
+        kept = [e.action_mask & (not cut(e)) for e in episodes] if mask_truncated else []
         return LossInputs(
             tokens=padded([e.tokens for e in episodes]),
             attention_mask=padded([torch.ones(e.length, dtype=torch.long) for e in episodes]),  # 0 where padded

@@ -224,7 +224,8 @@ class PPOAgent:
         """What an update trains ``batch`` with: scores, then rewards, then advantages, in an
         ``UpdateBatch`` of its own (the episodes are not edited past their scores); ``value_shift``
         is added to the scored values (``init_value_head``'s)."""
-        self.score(batch)
+        if not all(e.scored for e in batch):  # update scored it already, before the value head moved
+            self.score(batch)
         shift = value_shift
         values = [torch.where(e.action_mask, e.values + shift, 0.0) for e in batch]  # type: ignore[operator]
         bootstraps = [e.bootstrap_value + shift for e in batch]
