@@ -170,6 +170,43 @@ def action_budget(env: gym.Env, tokenizer: Any, seeds: range = range(16), turns:
     return -(-max(32, 2 * longest + 16) // 8) * 8, max(2, 2 * most)
 
 
+def long_episode_budgets(env: gym.Env, tokenizer: Any, limit: int, given: dict[str, Any]) -> dict[str, int]:
+    """The default model's budgets on an env of long episodes (``long_episodes``): the turn budget
+    and turn limit its oracle needs (``action_budget``), each where it is less than the env's (its
+    action space's length; ``limit`` turns) and not among the ``given`` env arguments; ``{}`` for
+    an env without an oracle."""
+    budget = action_budget(env, tokenizer)
+    if budget is None:
+        return {}
+    sized = {}
+    if budget[0] < env.action_space.max_length and "max_action_tokens" not in given:  # type: ignore[attr-defined]
+        sized["max_action_tokens"] = budget[0]
+    if budget[1] < limit and "max_episode_steps" not in given:
+        sized["max_episode_steps"] = budget[1]
+    return sized
+
+
+def turn_lengths(episode: Any) -> list[list[int]]:
+    """The token ids of each turn the model wrote in ``episode``."""
+    mask, turns, start = episode.action_mask.tolist(), [], None
+    for t, on in enumerate(mask + [False]):
+        if on and start is None:
+            start = t
+        elif not on and start is not None:
+            turns.append(episode.tokens[start:t].tolist())
+            start = None
+    return turns
+
+
+def sampled_reply_budget(agent: Any, envs: Any, cap: int, episodes: int = 16) -> tuple[int, list[int]]:
+    """The pure-RL recipe's turn budget: ``episodes`` of the model's own replies sampled through
+    ``agent`` on ``envs`` (made with a turn budget of ``cap``), sized by ``reply_budget``; returns
+    it with the replies' lengths."""
+    batch = agent.collect(envs, episodes, group_size=1)
+    lengths = [len(turn) for e in batch for turn in turn_lengths(e)]
+    return reply_budget(lengths, cap), lengths
+
+
 def reply_budget(lengths: list[int], cap: int) -> int:
     """A turn budget from the lengths (tokens) of a model's own sampled replies, each cut at
     ``cap``: one and a half times the 90th percentile, at least 32, a multiple of 8, at most ``cap``.
@@ -278,5 +315,8 @@ __all__ = [
     "default_agent",
     "default_config",
     "pretrained_recipe",
+    "long_episode_budgets",
     "reply_budget",
+    "sampled_reply_budget",
+    "turn_lengths",
 ]

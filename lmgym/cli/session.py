@@ -175,26 +175,18 @@ def default_budgets(spec: RunSpec) -> RunSpec:
 
 
 def oracle_budgets(spec: RunSpec, limit: int) -> dict[str, int]:
-    """The turn budget and turn limit the env's oracle needs, each where it is less than the env's
-    (``limit`` turns) and not set by ``--env-arg``."""
-    from lmgym.agents.defaults import action_budget
+    """``defaults.long_episode_budgets`` of the env the run plays (in the default model's byte
+    tokens), ``--env-arg``s given."""
+    from lmgym.agents.defaults import long_episode_budgets
     from lmgym.agents.warmstart import env_special_tokens
     from lmgym.tokenizers import ByteTokenizer
 
     tokenizer = ByteTokenizer(env_special_tokens(spec.env_id, spec.env_kwargs))
     env = guarded_env(spec, tokenizer)
     try:
-        budget, tokens = action_budget(env, tokenizer), env.action_space.max_length  # type: ignore[attr-defined]
+        return long_episode_budgets(env, tokenizer, limit, spec.env_kwargs)
     finally:
         env.close()
-    if budget is None:
-        return {}
-    given, sized = spec.env_kwargs, {}
-    if budget[0] < tokens and "max_action_tokens" not in given:
-        sized["max_action_tokens"] = budget[0]
-    if budget[1] < limit and "max_episode_steps" not in given:
-        sized["max_episode_steps"] = budget[1]
-    return sized
 
 
 CHECKED_TEMPLATES: set[str] = set()
@@ -249,37 +241,22 @@ def guarded_env(spec: RunSpec, tokenizer: Tokenizer) -> gym.Env:
 
 
 def reply_budget(spec: RunSpec, agent: PPOAgent, episodes: int = 16) -> int:
-    """The turn budget of a run from rewards alone, from the model's own replies: ``episodes``
-    sampled with a generous budget (``PURE_RL_PROBE_TOKENS``, or half the model's context if that
-    is less), sized by ``defaults.reply_budget``."""
-    from lmgym.agents.defaults import PURE_RL_PROBE_TOKENS
-    from lmgym.agents.defaults import reply_budget as sized
+    """The turn budget of a run from rewards alone (``defaults.sampled_reply_budget``): the
+    model's own replies on the run's env, sampled with a generous budget (``PURE_RL_PROBE_TOKENS``,
+    or half the model's context if that is less)."""
+    from lmgym.agents.defaults import PURE_RL_PROBE_TOKENS, sampled_reply_budget
 
     cap = min(PURE_RL_PROBE_TOKENS, agent.rollout.max_context_tokens // 2)  # the model's context bounds it too
     probe = make_envs(
         dataclasses.replace(spec, env_kwargs={**spec.env_kwargs, "max_action_tokens": cap}), 8, agent.tokenizer
     )
     try:
-        batch = agent.collect(probe, episodes, group_size=1)
+        budget, lengths = sampled_reply_budget(agent, probe, cap, episodes)
     finally:
         probe.close()
-    lengths = [len(turn) for e in batch for turn in turn_lengths(e)]
-    budget = sized(lengths, cap)
     cut = sum(n >= cap for n in lengths)
     print(f"turn budget: {budget} tokens, from {len(lengths)} sampled replies ({cut} of them reached {cap} tokens)")
     return budget
-
-
-def turn_lengths(episode: Any) -> list[list[int]]:
-    """The token ids of each turn the model wrote in ``episode``."""
-    mask, turns, start = episode.action_mask.tolist(), [], None
-    for t, on in enumerate(mask + [False]):
-        if on and start is None:
-            start = t
-        elif not on and start is not None:
-            turns.append(episode.tokens[start:t].tolist())
-            start = None
-    return turns
 
 
 def make_envs(spec: RunSpec, n: int, tokenizer: Tokenizer) -> VectorEnv:
