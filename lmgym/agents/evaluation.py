@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 from lmgym.agents.intervals import mean_interval, mean_pass_at_k, wilson
+from lmgym.agents.engines.sampling import stream_key
 from lmgym.agents.rollout import EVAL_SEED_OFFSET
 from lmgym.agents.trajectories import Trajectories
 
@@ -17,9 +18,19 @@ if TYPE_CHECKING:
     from lmgym.agents.learner import Learner
 
 
+SEED_KEY_BASE = 0x5EED << 40
+
+
 def held_out_seeds(n: int) -> list[int]:
     """Evaluation seeds: ``EVAL_SEED_OFFSET + i``, disjoint from every training seed."""
     return [EVAL_SEED_OFFSET + i for i in range(n)]
+
+
+def seed_keys(seeds: list[int], repeats: int) -> list[int]:
+    """The sampling stream of each of ``repeats`` plays of each seed: a function of the seed and
+    the play's place only, so that an episode samples the same whatever batch it is played in,
+    and evaluating leaves the training's RNG as it was."""
+    return [stream_key(SEED_KEY_BASE + s * repeats, j) for s in seeds for j in range(repeats)]
 
 
 def evaluate(
@@ -83,6 +94,7 @@ def play(
                 group_size=repeats,
                 seeds=part_seeds,
                 generation_kwargs=kwargs,
+                keys=seed_keys(part_seeds, repeats),
             )
             played += part.episodes
             generated += sum(int(e.action_mask.sum()) for e in part.episodes)

@@ -33,6 +33,7 @@ class Learner(Protocol):
         group_size: int | None = None,
         seeds: Sequence[int] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
+        keys: Sequence[int] | None = None,
     ) -> Trajectories: ...
 
     def score(self, episodes: Any) -> None: ...

@@ -154,6 +154,7 @@ class PPOAgent:
         group_size: int | None = None,
         seeds: Sequence[int] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
+        keys: Sequence[int] | None = None,
     ) -> Trajectories:
         """Runs ``num_episodes`` episodes (``RolloutCollector.collect``, which says what each
         argument does) with the policy as it is (an engine behind the last update is synced
@@ -161,7 +162,7 @@ class PPOAgent:
         if self.engine_version != self.num_updates:
             self.sync_engine()
         k = group_size or self.config.group_size
-        return self.rollout.collect(envs, num_episodes, k, seeds, generation_kwargs, self.engine_version)
+        return self.rollout.collect(envs, num_episodes, k, seeds, generation_kwargs, self.engine_version, keys)
 
     def env_contract(self, envs: gym.Env | VectorEnv) -> EnvContract:
         """The env's stop strings, turn budget and autoreset mode (``RolloutCollector.env_contract``)."""

@@ -70,7 +70,7 @@ class EpisodeRecorder:
     def record(self, agent: Learner, envs: Any, batch: UpdateBatch | None, update: int) -> None:
         """Appends this update's episodes (``agent``: a ``PPOAgent``): ``batch`` (just trained
         on, with its advantages) and the held-out ones."""
-        from lmgym.agents.rollout import EVAL_SEED_OFFSET
+        from lmgym.agents.evaluation import held_out_seeds, seed_keys
 
         records = []
         kept = list(zip(batch.episodes, batch.advantages))[: self.n] if batch is not None else []
@@ -80,8 +80,10 @@ class EpisodeRecorder:
                 episode_record(e, agent.tokenizer, update, "train", self.env_id, n, adv)
                 for (e, adv), n in zip(kept, new)
             ]
-        seeds = [EVAL_SEED_OFFSET + i for i in range(self.n)]
-        probe = agent.collect(envs, self.n, group_size=1, seeds=seeds, generation_kwargs={"do_sample": False})
+        seeds = held_out_seeds(self.n)
+        probe = agent.collect(
+            envs, self.n, group_size=1, seeds=seeds, generation_kwargs={"do_sample": False}, keys=seed_keys(seeds, 1)
+        )
         advantages: list[Any] = [None] * len(probe)
         agent.score(probe)
         if agent.config.estimator == "gae":  # group estimators need groups; greedy episodes have none

@@ -124,6 +124,7 @@ class RolloutCollector:
         seeds: Sequence[int] | None = None,
         generation_kwargs: dict[str, Any] | None = None,
         version: int = 0,
+        keys: Sequence[int] | None = None,
     ) -> Trajectories:
         """Runs ``num_episodes`` episodes and returns them, unscored (``PPOAgent.collect`` scores them).
 
@@ -136,6 +137,9 @@ class RolloutCollector:
             generation_kwargs: overrides of ``rollout.generation_kwargs`` for these episodes
                 (``{"do_sample": False}`` for greedy evaluation).
             version: the policy version sampling them (updates done), tagged on each action token.
+            keys: the sampling stream of each episode (``engines.sampling.stream_key``); by default
+                drawn from torch's global RNG. Evaluation keys each by its seed, so that an episode's
+                sample does not depend on the batch it is played in, nor touch the training's RNG.
         """
         vec = self.view(envs)
         subs = cast(list[Guarded], [e for e in getattr(vec, "envs", []) if isinstance(e, Guarded)])
@@ -147,9 +151,11 @@ class RolloutCollector:
         task_seeds = list(seeds) if seeds is not None else self.next_seeds(num_episodes // k)
         if len(task_seeds) * k < num_episodes:
             raise ValueError(f"{len(task_seeds)} seeds for {num_episodes} episodes in groups of {k}")
-        base_key = int(torch.randint(0, 2**62, (1,)))  # episode j samples from stream stream_key(base_key, j)
         episode_seeds = [s for s in task_seeds[: num_episodes // k] for _ in range(k)]
-        keys = [stream_key(base_key, j) for j in range(num_episodes)]
+        if keys is None:  # episode j samples from stream stream_key(base_key, j)
+            base_key = int(torch.randint(0, 2**62, (1,)))
+            keys = [stream_key(base_key, j) for j in range(num_episodes)]
+        keys = list(keys)
         plays = Play(contract, kwargs, k, version)
         if self.overlaps(vec, kwargs):
             episodes = self.overlapped_episodes(cast(ConcurrentVectorEnv, vec), episode_seeds, keys, plays)

@@ -236,7 +236,7 @@ def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv,
     first_callbacks: list[Any] = [signal, evaluator, stop, timer]
     learn_to = functools.partial(agent.learn, envs, log_dir=spec.out, checkpoint_dir=spec.out / "checkpoints")
     first = agent.num_episodes + agent.config.episodes_per_update
-    learn_to(total_episodes=first if target is None else min(first, target), callbacks=first_callbacks)
+    learn_to(total_episodes=first if target is None else target, callbacks=first_callbacks)  # the timer stops it
     if target is None:
         target = budget_episodes(agent, timer.seconds, PRETRAINED_MINUTES * 60, spec.eval_every, least)
         evaluator.total_episodes = target
@@ -251,14 +251,16 @@ def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv,
 
 
 class FirstUpdate:
-    """``on_update`` callback: the seconds the first update of a ``learn`` call took (collect and update)."""
+    """``on_update`` callback: the seconds the first update of a ``learn`` call took (collect and
+    update); it ends that call, which was given the run's target so that the learning-rate schedule
+    is the run's, resumed or not."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
 
-    def on_update(self, agent: PPOAgent, metrics: dict[str, float]) -> None:
-        if not self.seconds:
-            self.seconds = float(metrics.get("time/collect", 0.0) + metrics.get("time/update", 0.0))
+    def on_update(self, agent: PPOAgent, metrics: dict[str, float]) -> bool:
+        self.seconds = self.seconds or float(metrics.get("time/collect", 0.0) + metrics.get("time/update", 0.0))
+        return False
 
 
 def budget_episodes(agent: PPOAgent, update_seconds: float, seconds: float, eval_every: int, least: int = 2) -> int:
