@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from lmgym.agents.intervals import mean_interval, mean_pass_at_k, wilson
 from lmgym.agents.engines.sampling import stream_key
+from lmgym.agents.intervals import mean_interval, mean_pass_at_k, wilson
 from lmgym.agents.rollout import EVAL_SEED_OFFSET
 from lmgym.agents.trajectories import Trajectories
 
