@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -276,12 +277,17 @@ def default_model(
     batch = max(1, min(config.batch_size, int(config.batch_size * config.n_positions / max(mean, 1))))
     seconds = WARMSTART_MINUTES * 60
     supervised_finetune(model, demos, config.steps, batch, config.learning_rate, config.seed, seconds=seconds)
-    if use_cache:
-        with written_aside(path) as tmp:  # renamed into place when complete: a kill leaves no half entry
+    # the model returned is the one a later run loads (attention implementation, config defaults),
+    # so that a run that built the warm start and one that found it cached are the same run
+    with tempfile.TemporaryDirectory() as scratch:
+        with written_aside(path if use_cache else Path(scratch) / "model") as tmp:  # a kill leaves no half entry
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             (tmp / "warmstart.json").write_text(key)
-    return model, tokenizer, path
+        from transformers import AutoModelForCausalLM
+
+        saved = path if use_cache else Path(scratch) / "model"
+        return AutoModelForCausalLM.from_pretrained(saved, trust_remote_code=False), tokenizer, path
 
 
 def warm_start(

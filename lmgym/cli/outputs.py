@@ -34,10 +34,9 @@ def write_outputs(spec: RunSpec, agent: PPOAgent, before: tuple, after: tuple) -
     write_aside(out / "transcripts.md", "".join(parts))
 
 
-def provenance(spec: RunSpec, agent: PPOAgent) -> dict[str, Any]:
-    """What a run needs to be replayed, and whether a replay can be bit-exact: the versions of
-    Python, lmgym, torch and transformers, the git commit of a source checkout, the machine and
-    its thread count, the device, and the full resolved config (``config.json`` has it flat)."""
+def provenance_now() -> dict[str, Any]:
+    """The versions of Python, lmgym, torch and transformers, the git commit of a source checkout,
+    the machine and its thread count, as they are in this process."""
     import platform
     import subprocess
     from pathlib import Path
@@ -53,6 +52,24 @@ def provenance(spec: RunSpec, agent: PPOAgent) -> dict[str, Any]:
         commit = run.stdout.strip() if run.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         commit = None
+    return {
+        "python": platform.python_version(),
+        "lmgym": lmgym.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "commit": commit,
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip() + f", {os.cpu_count()} CPUs",
+        "threads": torch.get_num_threads(),
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+    }
+
+
+def provenance(spec: RunSpec, agent: PPOAgent, given: RunSpec | None = None) -> dict[str, Any]:
+    """What a run needs to be replayed, and whether a replay can be bit-exact: ``provenance_now``,
+    the device, the full resolved config (``config.json`` has it flat) and the command as given
+    (``given``, its episodes as the run picked them: ``lmgym train --replay`` runs it)."""
+    from lmgym.cli.replay import spec_record
+
     config = agent.config
     inexact = [
         why
@@ -65,22 +82,24 @@ def provenance(spec: RunSpec, agent: PPOAgent) -> dict[str, Any]:
         if holds
     ]
     return {
-        "python": platform.python_version(),
-        "lmgym": lmgym.__version__,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "commit": commit,
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip() + f", {os.cpu_count()} CPUs",
-        "threads": torch.get_num_threads(),
+        **provenance_now(),
         "device": str(agent.accelerator.device),
         "bit_exact": not inexact,
         "not_bit_exact_because": inexact,
         "config": config.to_dict(),
+        "spec": spec_record(given or spec),
     }
 
 
-def report(spec: RunSpec, agent: PPOAgent, before: dict[str, Any], after: dict[str, Any], wall: float) -> None:
-    """``summary.json``, and the before/after table."""
+def report(
+    spec: RunSpec,
+    agent: PPOAgent,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    wall: float,
+    given: RunSpec | None = None,
+) -> None:
+    """``summary.json`` (``given``: the command as given, for ``provenance``), and the before/after table."""
     keys = ("success", "success_ci", "tool_rate", "mean_return", "return_ci", "errors", "sampled")
     summary = {
         "env": spec.env_id,
@@ -96,7 +115,7 @@ def report(spec: RunSpec, agent: PPOAgent, before: dict[str, Any], after: dict[s
         "seed": spec.seed,
         "episodes": agent.num_episodes,
         "estimator": agent.config.estimator,
-        "provenance": provenance(spec, agent),
+        "provenance": provenance(spec, agent, given),
     }
     write_aside(spec.out / "summary.json", json.dumps(summary, indent=2))
     rows = [

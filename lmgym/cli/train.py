@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from lmgym.agents.trajectories import Trajectories
 
 DEFAULT_ENV = "lmgym/Calculator-v0"
+DEFAULT_OUT = "runs/train"
 Evaluation = tuple[dict[str, Any], "Trajectories"]
 
 
@@ -76,7 +77,7 @@ def add_parser(sub: Any) -> None:
         metavar="P",
         help="stop once held-out greedy success (checked every --eval-every updates, and before training) reaches P",
     )
-    add_output_flags(p, ("runs/train", "output directory (default: runs/train)"))
+    add_output_flags(p, (DEFAULT_OUT, f"output directory (default: {DEFAULT_OUT})"))
     add_overwrite_flag(p, "the run already in --out")
     p.add_argument("--eval-episodes", type=int, default=200, help="held-out episodes for before/after")
     p.add_argument("--eval-every", type=int, default=10, help="greedy evaluation every N updates (0: off)")
@@ -105,6 +106,12 @@ def add_parser(sub: Any) -> None:
         metavar="0,1,2",
         help="one run per seed, one after the other, in OUT/seed-N, then compared (lmgym compare) into OUT",
     )
+    p.add_argument(
+        "--replay",
+        default=None,
+        metavar="RUN",
+        help="train RUN's recorded command again (into --out, default RUN-replay) and say where the two first differ",
+    )
     p.set_defaults(func=train)
 
 
@@ -119,6 +126,13 @@ def add_learning_flags(p: argparse.ArgumentParser) -> None:
 
 
 def train(args: argparse.Namespace) -> None:
+    if args.replay is not None:
+        from lmgym.cli.replay import replay
+
+        run = Path(args.replay)
+        out = Path(args.out) if args.out != DEFAULT_OUT else run.with_name(run.name + "-replay")
+        replay(run, out, args.overwrite)
+        return
     spec = RunSpec.from_args(args)
     check_inputs(spec)  # bad input fails here, before torch is even imported
     if spec.seeds:  # one run per seed, one after the other, then compared
@@ -146,6 +160,7 @@ def train_one(spec: RunSpec) -> None:
 
 def run(spec: RunSpec, built: dict[str, Any], started: float) -> None:
     """The run: the agent and envs (kept in ``built``), evaluate before, learn, evaluate after, write."""
+    given = spec  # the command as given: what --replay runs again (with the episodes picked)
     set_threads(spec.threads)
     quiet_transformers()
     connect_ray(spec)
@@ -177,9 +192,10 @@ def run(spec: RunSpec, built: dict[str, Any], started: float) -> None:
         print(f"held-out greedy success {before[0]['success']:.1%} is at --stop-at-success already: no training")
         after = before
     else:
-        after = learn(spec, agent, envs, eval_envs, PURE_RL_MIN_UPDATES if recipe and recipe.pure else 2)
+        after, target = learn(spec, agent, envs, eval_envs, PURE_RL_MIN_UPDATES if recipe and recipe.pure else 2)
+        given = dataclasses.replace(given, episodes=target)
     write_outputs(spec, agent, before, after)
-    report(spec, agent, before[0], after[0], time.perf_counter() - started)
+    report(spec, agent, before[0], after[0], time.perf_counter() - started, given)
 
 
 def checkup(spec: RunSpec, agent: PPOAgent, envs: VectorEnv) -> None:
@@ -219,11 +235,13 @@ def evaluate_before(spec: RunSpec, agent: PPOAgent, eval_envs: VectorEnv) -> Eva
     return before
 
 
-def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv, least: int = 2) -> Evaluation:
+def learn(
+    spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv, least: int = 2
+) -> tuple[Evaluation, int]:
     """PPO for ``--episodes`` (``None``: as many as fit ``PRETRAINED_MINUTES`` here, sized from the
     first update, at least ``least`` updates), evaluated every ``--eval-every`` updates, ending
-    early at ``--stop-at-success``; the final evaluation. The first update is timed, and the run's
-    time estimated from it."""
+    early at ``--stop-at-success``; the final evaluation, and the episodes the run was to train.
+    The first update is timed, and the run's time estimated from it."""
     from lmgym.agents.callbacks import Evaluator, NoSignal, StopAtSuccess
     from lmgym.agents.evaluation import evaluate
 
@@ -247,7 +265,7 @@ def learn(spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv,
         learn_to(total_episodes=target, callbacks=[signal, evaluator, stop])
     if signal.stopped:
         print(f"stopped after {agent.num_episodes} episodes: {signal.stopped}; --allow-no-signal trains on")
-    return evaluator.final or evaluate(agent, eval_envs, spec.eval_episodes, samples=spec.samples)
+    return evaluator.final or evaluate(agent, eval_envs, spec.eval_episodes, samples=spec.samples), target
 
 
 class FirstUpdate:
