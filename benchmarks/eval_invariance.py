@@ -13,6 +13,7 @@ and how many of the seeds' replies differ from the first setting's:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import platform
@@ -23,7 +24,7 @@ import torch
 
 from lmgym.agents.evaluation import evaluate, transcript
 from lmgym.cli import build_parser
-from lmgym.cli.session import make_agent, make_envs
+from lmgym.cli.session import make_agent, make_envs, pretrained_recipe, run_config
 from lmgym.cli.spec import RunSpec
 
 TASK = ["--env-arg", "task=chain_sum", "--env-arg", 'config={"min_terms": 2, "max_terms": 3, "max_digits": 1}']
@@ -45,8 +46,10 @@ def main() -> None:
     parser.add_argument("--lora-std", type=float, default=0.05)
     args = parser.parse_args()
     fresh = args.model is None
-    command = ["train", args.env, "--model", args.model or smollm2(), "--chat-template", *TASK]
+    command = ["train", args.env, "--model", args.model or smollm2(), "--chat-template", "--warmstart-steps", "0", *TASK]
     spec = RunSpec.from_args(build_parser().parse_args(command + (["--lora", "r=16"] if fresh else [])))
+    spec, recipe = pretrained_recipe(spec)
+    spec = dataclasses.replace(spec, config=run_config(spec, recipe))
     agent = make_agent(spec)
     if fresh:
         torch.manual_seed(0)
@@ -54,6 +57,7 @@ def main() -> None:
             for name, p in agent.model.named_parameters():
                 if "lora_B" in name:
                     p.normal_(0, args.lora_std)
+    assert agent.is_peft or not fresh, "the LoRA adapters were not applied"
     replies, rows = {}, []
     for merged in (True, False) if agent.is_peft else (True,):
         agent.engine.merge_lora = merged

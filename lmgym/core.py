@@ -83,6 +83,19 @@ thread holds and the rest of the process needs (``lmgym.compat.OwnRNG``'s) is re
 others here, since a Python thread cannot be killed."""
 
 
+CLOSE_SECONDS = 10.0
+"""How long lmgym waits for an env's ``close()`` before leaving it to finish in the background."""
+
+
+def close_within(env: Any, seconds: float = CLOSE_SECONDS) -> None:
+    """Closes ``env`` (any object with ``close``), leaving a close that hangs to finish in a daemon
+    thread after ``seconds``; an exception in it loses nothing and is not raised."""
+    try:
+        call_with_timeout(env.close, timeout=seconds)
+    except Exception:  # noqa: BLE001 (a failing close loses nothing here)
+        pass
+
+
 def call_with_timeout(fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> tuple[bool, Any]:
     """``(True, fn(*args))``, or ``(False, None)`` when ``fn`` has not returned after ``timeout``
     seconds (it is left running in a daemon thread, which cannot block the process's exit, and

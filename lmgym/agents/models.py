@@ -52,6 +52,8 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
             raise ValueError(f"{str(file)!r} holds an unknown field {key!r:.40}")
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             raise ValueError(f"{str(file)!r}: {key} is a {type(value).__name__}, not a {kinds[0].__name__}")
+    if "tokenizer" in manifest.get("env_kwargs", {}):
+        raise ValueError(f"{str(file)!r}: env_kwargs holds tokenizer, which lmgym passes the env itself")
     return manifest
 
 

@@ -27,6 +27,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedModel
 from lmgym.agents.models import adamw, check_model_vocab
 from lmgym.agents.policy import token_logprobs
 from lmgym.agents.trajectories import Episode, EpisodeBuilder, pad_batch
+from lmgym.core import close_within
 from lmgym.storage import cache_dir, find_damaged, written_aside
 from lmgym.tokenizers import ByteTokenizer, Tokenizer, as_tokenizer
 
@@ -66,7 +67,7 @@ def env_special_tokens(env_id: str, env_kwargs: dict[str, Any] | None = None) ->
     except AttributeError:
         return []
     finally:
-        env.close()
+        close_within(env)
 
 
 def demonstrations(
@@ -268,7 +269,7 @@ def default_model(
     try:
         demos = demonstrations(env, n, tokenizer, config.tool_rate, config.seed, seconds=WARMSTART_MINUTES * 60 / 3)
     finally:
-        env.close()
+        close_within(env)
     torch.manual_seed(config.seed)
     build = tiny_llama if config.architecture == "llama" else tiny_gpt2
     model = build(tokenizer, config.n_layer, config.n_embd, config.n_head, context_for(demos, config))

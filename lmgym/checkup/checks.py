@@ -17,7 +17,7 @@ import torch
 from lmgym.agents.evaluation import evaluate
 from lmgym.agents.intervals import wilson
 from lmgym.agents.trajectories import Episode, Trajectories
-from lmgym.core import action_length
+from lmgym.core import action_length, close_within
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 LOGPROB_BOUNDS = {torch.float32: (1e-3, 5e-2), torch.float64: (1e-6, 1e-3)}
@@ -286,7 +286,7 @@ def budget_as_end(make_env: Callable[[], gym.Env] | None, eos: int) -> tuple[boo
                 return bool(terminated and turn == limit), limit
         return False, limit
     finally:
-        env.close()
+        close_within(env)
 
 
 def turn_lengths(episode: Episode) -> list[int]:
@@ -366,7 +366,7 @@ def env_contract(make_env: Callable[[], gym.Env] | None, tokenizer: Any, stops: 
                 played += 1
                 wins += bool(info.get("is_success", info.get("correct", False)))
                 break
-    env.close()
+    close_within(env)
     oracle = f"the oracle won {wins} of {played}" if played else "no oracle"
     figure = f"{oracle}; {early} oracle turns cut early by a stop string, {late} not ended by one"
     if problems or early:

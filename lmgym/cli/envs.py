@@ -10,6 +10,7 @@ import gymnasium as gym
 
 from lmgym.cli.options import UsageError, add_env_flags, add_run_flags, lmgym_ids, make_env, parse_kwargs, with_tools
 from lmgym.compat import TASK_LIBRARIES
+from lmgym.core import close_within
 
 
 def add_parsers(sub: Any) -> None:
@@ -47,7 +48,7 @@ def summary_line(env_id: str) -> str:
         tools = " [tools: " + ", ".join(env.get_wrapper_attr("tools")) + "]"
     except AttributeError:
         tools = ""
-    env.close()
+    close_within(env)
     return (doc[0] if doc else "") + tools
 
 

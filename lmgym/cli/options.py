@@ -17,6 +17,7 @@ import gymnasium as gym
 
 from lmgym.cli.errors import UsageError
 from lmgym.cli.spec import parse_kwargs
+from lmgym.core import close_within
 
 if TYPE_CHECKING:
     from lmgym.cli.spec import RunSpec
@@ -60,16 +61,6 @@ def make_env(env_id: str, /, **kwargs: Any) -> gym.Env:
         raise UsageError(f"bad argument for {env_id}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
     except (ImportError, LibraryError) as e:  # a task library that is missing or needs what is not here
         raise UsageError(f"{env_id}: {str(e).splitlines()[0]}") from e
-
-
-def close_within(env: gym.Env, seconds: float = 10.0) -> None:
-    """Closes ``env``, leaving a close that hangs to finish in the background after ``seconds``."""
-    from lmgym.core import call_with_timeout
-
-    try:
-        call_with_timeout(env.close, timeout=seconds)
-    except Exception:  # noqa: BLE001 (a failing close loses nothing here)
-        pass
 
 
 def add_tools_flag(p: argparse.ArgumentParser) -> None:
@@ -251,12 +242,19 @@ def check_inputs(spec: RunSpec) -> None:
     from lmgym.agents.config import PPOConfig
     from lmgym.cli.spec import nested
 
+    if "tokenizer" in spec.env_kwargs:
+        raise UsageError("--env-arg tokenizer: lmgym makes the env with the model's tokenizer itself")
     close_within(with_tools(make_env(spec.env_id, **spec.env_kwargs), spec.tools))  # a bad --env-arg or --tools
     least = [("episodes", 1), ("num_envs", 1), ("eval_episodes", 1), ("threads", 1), ("eval_every", 0)]
     for flag, low in least + [("env_workers", 0), ("env_worker_cpus", 0), ("samples", 0)]:
         value = getattr(spec, flag)
         if value is not None and not low <= value < float("inf"):
             raise UsageError(f"--{flag.replace('_', '-')} must be at least {low}, got {value}")
+    if spec.env_worker_cpus and spec.ray in (None, "local") and spec.env_worker_cpus > (os.cpu_count() or 1):
+        raise UsageError(
+            f"--env-worker-cpus {spec.env_worker_cpus:g}: this machine has {os.cpu_count()} CPUs, so the local Ray "
+            "cluster could place no env actor"
+        )
     if spec.stop_at_success is not None and not 0 <= spec.stop_at_success <= 1:
         raise UsageError(f"--stop-at-success must be a success rate in [0, 1], got {spec.stop_at_success}")
     if spec.warmstart_steps is not None and spec.warmstart_steps < 0:

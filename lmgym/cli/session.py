@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmgym.cli.options import UsageError
 from lmgym.cli.spec import RunSpec, flat, nested
+from lmgym.core import close_within
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -106,7 +107,7 @@ def warm_start(spec: RunSpec, model: PreTrainedModel, tokenizer: Tokenizer) -> P
     try:
         model, losses = supervised(model, tokenizer, env, spec.warmstart_steps, lora=lora, seed=spec.seed)
     finally:
-        env.close()
+        close_within(env)
     print(f"warm start: loss {losses[0]:.3f} -> {sum(losses[-10:]) / len(losses[-10:]):.3f}")
     target = spec.out / "warmstart"
     with written_aside(target) as tmp:
@@ -135,7 +136,7 @@ def pretrained_recipe(spec: RunSpec) -> tuple[RunSpec, Recipe]:
         lora = None if spec.lora is None else spec.lora != "none"
         recipe = defaults.pretrained_recipe(env, tokenizer, lora=lora, warmstart=spec.warmstart_steps)
     finally:
-        env.close()
+        close_within(env)
     steps = recipe.warmstart_steps if spec.warmstart_steps is None else spec.warmstart_steps
     budgets = {k: v for k in ("max_action_tokens", "max_episode_steps") if (v := getattr(recipe, k))}
     env_kwargs = {**spec.env_kwargs, **{k: v for k, v in budgets.items() if k not in spec.env_kwargs}}  # flags win
@@ -186,7 +187,7 @@ def oracle_budgets(spec: RunSpec, limit: int) -> dict[str, int]:
     try:
         return long_episode_budgets(env, tokenizer, limit, spec.env_kwargs)
     finally:
-        env.close()
+        close_within(env)
 
 
 CHECKED_TEMPLATES: set[str] = set()
@@ -253,7 +254,7 @@ def reply_budget(spec: RunSpec, agent: PPOAgent, episodes: int = 16) -> int:
     try:
         budget, lengths = sampled_reply_budget(agent, probe, cap, episodes)
     finally:
-        probe.close()
+        close_within(probe)
     cut = sum(n >= cap for n in lengths)
     print(f"turn budget: {budget} tokens, from {len(lengths)} sampled replies ({cut} of them reached {cap} tokens)")
     return budget
@@ -302,6 +303,12 @@ def connect_ray(spec: RunSpec) -> None:
             raise UsageError(f"--ray {spec.ray}: cannot join the cluster there ({str(e).splitlines()[0]:.200})") from e
     resources = ray.cluster_resources()
     print(f"Ray: {len(ray.nodes())} node(s), {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs")
+    most = max((node.get("Resources", {}).get("CPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)
+    if spec.env_worker_cpus and spec.env_worker_cpus > most:
+        raise UsageError(
+            f"--env-worker-cpus {spec.env_worker_cpus:g}: no node of the cluster has that many CPUs (at most "
+            f"{most:g}), so no env actor could be placed"
+        )
 
 
 def check_ray_address(address: str, seconds: float = 3.0) -> None:
