@@ -268,3 +268,34 @@ def test_lora_decodes_merged_and_gives_the_trained_forwards_logprobs():
     unmerged = PPOAgent(model, tokenizer=ByteTokenizer(), config=config)
     unmerged.collect(four_turn_env(), num_episodes=1, seeds=[0])
     assert unmerged.rollout.engine.merged.weights == []
+
+
+@pytest.mark.parametrize("fault", ["raise", "interrupt"])
+def test_an_exception_mid_wave_leaves_the_lora_weights_unmerged(tmp_path, fault):
+    """An env error (or Ctrl-C) while the engine decodes with merged weights: the base weights are
+    back before it propagates, so a save after it holds the adapters once, on the original base."""
+    peft = pytest.importorskip("peft")
+    import faulty_env  # noqa: F401 (registers faulty/Faulty-v0)
+
+    from transformers import AutoModelForCausalLM
+
+    tiny_model(258, 256, n_layer=2, n_embd=32).save_pretrained(tmp_path / "base")  # the base a save names
+    torch.manual_seed(0)
+    lora = peft.LoraConfig(r=4, target_modules=["c_attn", "c_fc"], fan_in_fan_out=True, init_lora_weights=False)
+    model = peft.get_peft_model(AutoModelForCausalLM.from_pretrained(tmp_path / "base"), lora)
+    agent = PPOAgent(model, tokenizer=ByteTokenizer(), config=PPOConfig(seed=0))
+    layers = [m for m in model.modules() if hasattr(m, "lora_A")]
+    before = {id(m): m.get_base_layer().weight.detach().clone() for m in layers}
+    tokens = torch.tensor([[69, 99, 104, 111, 58, 32, 97, 98]])
+    with torch.no_grad():
+        logits = agent.model(tokens).logits
+    envs = gym.make_vec("faulty/Faulty-v0", num_envs=4, fault=fault, seeds=(2,))
+    with pytest.raises((lmgym.EnvError, KeyboardInterrupt)):
+        agent.collect(envs, num_episodes=4, seeds=[0, 1, 2, 3])
+    assert agent.rollout.engine.merged.weights  # it was decoding merged when the env failed
+    for m in layers:  # the originals are back, the adapters on
+        assert torch.equal(m.get_base_layer().weight, before[id(m)]) and not m.disable_adapters
+    agent.save(tmp_path / "saved")
+    loaded = PPOAgent.load(tmp_path / "saved")
+    with torch.no_grad():
+        assert torch.equal(loaded.model(tokens).logits, logits)  # the adapters count once

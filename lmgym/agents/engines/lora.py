@@ -59,9 +59,9 @@ class MergedLoRA:
                 self.weights = [base.weight + layer.get_delta_weight(adapter) for layer, base in zip(layers, bases)]
             self.adapters = [(a.detach().clone(), b.detach().clone(), s) for a, b, s in adapters]
         originals = [base.weight.data for base in bases]
-        for layer, base, merged in zip(layers, bases, self.weights):  # the adapters off, nothing else
-            layer._disable_adapters, base.weight.data = True, merged  # (peft's own switch toggles requires_grad)
-        try:
+        try:  # whatever stops the decoding (an env error, Ctrl-C, a dead engine), the originals are back
+            for layer, base, merged in zip(layers, bases, self.weights):  # the adapters off, nothing else
+                layer._disable_adapters, base.weight.data = True, merged  # (peft's own switch toggles requires_grad)
             yield
         finally:
             for layer, base, original in zip(layers, bases, originals):
