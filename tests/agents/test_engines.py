@@ -276,7 +276,6 @@ def test_an_exception_mid_wave_leaves_the_lora_weights_unmerged(tmp_path, fault)
     back before it propagates, so a save after it holds the adapters once, on the original base."""
     peft = pytest.importorskip("peft")
     import faulty_env  # noqa: F401 (registers faulty/Faulty-v0)
-
     from transformers import AutoModelForCausalLM
 
     tiny_model(258, 256, n_layer=2, n_embd=32).save_pretrained(tmp_path / "base")  # the base a save names
