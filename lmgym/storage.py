@@ -10,6 +10,7 @@ values only. This module imports nothing else of lmgym.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -63,16 +64,64 @@ def remove(path: Path) -> None:
         shutil.rmtree(path)
 
 
+FULL_BYTES = 1 << 20
+"""Free bytes under which a failed write is taken for a full disk (torch's and safetensors' own
+errors do not say ENOSPC)."""
+
+
+FULL_SAID = ("No space left on device", "StorageFull", "Disk quota exceeded")
+"""What the errors of writers that do not raise an ``ENOSPC`` ``OSError`` say of a full disk."""
+
+
+class DiskFull(OSError):
+    """A write that failed for want of space (ENOSPC, a quota), naming what it was writing."""
+
+    def __str__(self) -> str:
+        return f"no space left on the device to write {self.filename}"
+
+
+def disk_full(error: BaseException, path: str | os.PathLike) -> DiskFull | None:
+    """``error`` (raised writing ``path``) as a ``DiskFull`` when the disk is what failed it: an
+    ``ENOSPC``/``EDQUOT`` ``OSError``, or any write error while less than ``FULL_BYTES`` are free
+    there; else ``None``."""
+    if isinstance(error, DiskFull):
+        return error
+    full = isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+    full = full or any(said in str(error) for said in FULL_SAID)  # safetensors' Rust error, say
+    if not full and isinstance(error, (OSError, RuntimeError)):
+        where = Path(path)
+        while not where.exists() and where != where.parent:
+            where = where.parent
+        try:
+            full = shutil.disk_usage(where).free < FULL_BYTES
+        except OSError:
+            pass
+    return DiskFull(errno.ENOSPC, "no space left on the device", str(path)) if full else None
+
+
+@contextmanager
+def writing(path: str | os.PathLike) -> Iterator[None]:
+    """A write of ``path``: a failure for want of space is raised as ``DiskFull`` naming it."""
+    try:
+        yield
+    except Exception as e:
+        full = disk_full(e, path)
+        if full is None or full is e:
+            raise
+        raise full from e
+
+
 @contextmanager
 def written_aside(final: str | os.PathLike) -> Iterator[Path]:
     """Yields a fresh directory beside ``final`` to write into; on success it is fsynced and
     renamed to ``final`` (an existing ``final``, a link included, is replaced only then). On
-    failure ``final`` is untouched and the partial directory is removed."""
+    failure ``final`` is untouched and the partial directory is removed (a full disk's failure
+    raised as ``DiskFull``)."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
     try:
+        tmp.mkdir()
         yield tmp
         fsync_tree(tmp)
         old = None
@@ -83,8 +132,11 @@ def written_aside(final: str | os.PathLike) -> Iterator[Path]:
         fsync_dir(final.parent)
         if old is not None:
             remove(old)
-    except BaseException:
+    except BaseException as e:
+        full = disk_full(e, final) if isinstance(e, Exception) else None  # before the partial write is gone
         shutil.rmtree(tmp, ignore_errors=True)
+        if full is not None and full is not e:
+            raise full from e
         raise
 
 
@@ -95,12 +147,13 @@ def write_aside(final: str | os.PathLike, data: str | bytes) -> None:
     tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
     payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
+        with writing(final):
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

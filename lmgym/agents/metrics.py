@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lmgym.storage import write_aside
+from lmgym.storage import write_aside, writing
 
 
 class MetricsLogger:
@@ -56,7 +56,8 @@ class MetricsLogger:
         writer.writerows(self.rows)
         write_aside(self.csv_path, text.getvalue())  # a kill never leaves half a file; a link is replaced
         if self.tensorboard is not None:
-            self.tensorboard.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
+            with writing(self.dir / "tensorboard"):
+                self.tensorboard.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))}, step=step)
 
     def close(self) -> None:
         if self.tensorboard is not None:

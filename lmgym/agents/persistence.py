@@ -47,7 +47,7 @@ def write(
     checkpoints.wrote("model")
     tokenizer.save_pretrained(path)
     checkpoints.wrote("tokenizer")
-    torch.save(value_head, path / VALUE_HEAD)
+    save_tensors(value_head, path / VALUE_HEAD)
     checkpoints.wrote(VALUE_HEAD)
     (path / CONFIG).write_text(json.dumps(config, indent=2, allow_nan=False))
     (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
@@ -56,8 +56,15 @@ def write(
         ref_model.save_pretrained(path / "ref_model")
         checkpoints.wrote("ref_model")
     if training_state is not None:
-        torch.save(training_state, path / TRAINING_STATE)
+        save_tensors(training_state, path / TRAINING_STATE)
         checkpoints.wrote(TRAINING_STATE)
+
+
+def save_tensors(value: Any, file: Path) -> None:
+    """``torch.save`` through a Python file, so that a full disk is an ``ENOSPC`` ``OSError``
+    (torch's own writer says only "unexpected pos")."""
+    with open(file, "wb") as f:
+        torch.save(value, f)
 
 
 def manifest(base: str | None, adapters: bool, vocab_size: int, extra: dict[str, Any] | None) -> dict[str, Any]:

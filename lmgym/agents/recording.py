@@ -21,6 +21,7 @@ from lmgym.agents.batch import UpdateBatch
 from lmgym.agents.policy import token_logprobs
 from lmgym.agents.records import episode_record
 from lmgym.agents.trajectories import Episode, pad_batch
+from lmgym.storage import writing
 
 if TYPE_CHECKING:
     from lmgym.agents.learner import Learner
@@ -29,11 +30,22 @@ EPISODES_FILE = "episodes.jsonl"
 
 
 def append_records(path: str | os.PathLike, records: Sequence[dict[str, Any]]) -> None:
-    """Appends one JSON line per record; a link at ``path`` is refused (``OSError``), never followed."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "a", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+    """Appends one JSON line per record, all of them or none (a failed write is cut back); a link
+    at ``path`` is refused (``OSError``), never followed; a full disk is ``DiskFull``."""
+    text = "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records)
+    data = memoryview(text.encode("utf-8"))
+    with writing(path):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                while data:
+                    data = data[os.write(fd, data) :]
+            except BaseException:  # a full disk: no half record is left for the viewer or a resumed run
+                os.ftruncate(fd, size)
+                raise
+        finally:
+            os.close(fd)
 
 
 @torch.no_grad()

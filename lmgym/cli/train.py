@@ -312,7 +312,12 @@ def run_failure(agent: PPOAgent | None, envs: VectorEnv | None, out: Path, error
     (SIGTERM): the traceback goes to ``OUT/error.log``, the agent as of its last update to a
     checkpoint (a failed or abandoned collect changes no weights, an update runs whole); returns
     the line that says so."""
+    from lmgym.storage import DiskFull
+
     resume = ""
+    full = next((e for e in causes(error) if isinstance(e, DiskFull)), None)
+    if full is not None:  # a checkpoint would not fit either: the last good one stays
+        return f"disk full: {full}; {last_good(out)}"
     if agent is not None and agent.num_updates:
         try:
             agent.save_checkpoint(out / "checkpoints", envs)
@@ -322,6 +327,27 @@ def run_failure(agent: PPOAgent | None, envs: VectorEnv | None, out: Path, error
             resume = f"; checkpointing update {agent.num_updates} failed too ({type(e).__name__}: {str(e)[:100]})"
     except_line = f"{error} received" if isinstance(error, Preempted) else None
     return (except_line + resume) if except_line else failure_line(error, out / "error.log", resume)
+
+
+def causes(error: BaseException) -> list[BaseException]:
+    """``error`` and what it was raised from or during, outermost first."""
+    seen: list[BaseException] = []
+    while error is not None and error not in seen:
+        seen.append(error)
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    return seen
+
+
+def last_good(out: Path) -> str:
+    """Which checkpoint a run in ``out`` resumes from, and how, in words."""
+    from lmgym.agents.checkpoints import CheckpointError, resolve, verify
+
+    try:
+        path = resolve(out / "checkpoints")
+        updates = verify(path).get("num_updates")
+    except CheckpointError:
+        return "no checkpoint was written yet: free space, then run it again"
+    return f"the last good checkpoint is update {updates} ({path}): free space, then --resume {out}"
 
 
 __all__ = ["DEFAULT_ENV", "add_parser", "train"]
