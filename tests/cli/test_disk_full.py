@@ -60,7 +60,8 @@ class FillAt:
 
 def agent():
     model = tiny_model(258, 256, seed=0, n_layer=1, n_embd=32)
-    config = PPOConfig(seed=0, episodes_per_update=4, mini_batch_size=4, run={"checkpoint_every": 1, "record_episodes": 32})
+    run = {"checkpoint_every": 1, "record_episodes": 32}  # records of ~50 KB an update
+    config = PPOConfig(seed=0, episodes_per_update=4, mini_batch_size=4, run=run)
     return PPOAgent(model, tokenizer=ByteTokenizer(), config=config)
 
 
