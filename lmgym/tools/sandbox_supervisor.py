@@ -24,7 +24,8 @@ name it at all.
 The supervisor makes itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so every
 descendant that leaves its process group or session (``setsid`` after a double fork) is
 re-parented to it rather than to init. It runs the command in a process group of its own, waits
-for it at most ``timeout`` seconds from the go, then kills that group and, wave after wave, every process
+for it at most ``timeout`` seconds from the go (less when the host dies: the host's end of the
+status pipe closing ends the wait), then kills that group and, wave after wave, every process
 that was re-parented to it, until it has no child left. Last, it writes one JSON line to the
 status pipe: ``{"exit": code}``, ``{"signal": number}``, ``{"timed_out": true}`` or
 ``{"error": text}``.
@@ -123,10 +124,6 @@ def set_oom_score_adj(value: int) -> None:
         pass
 
 
-def on_alarm(signum: int, frame: object) -> None:
-    raise TimeoutError
-
-
 def run_child(config: dict, stdin: int) -> None:
     """In the forked child: ``stdin`` as its stdin, its own process group, the most killable
     under memory pressure, another user if asked, then the command. Never returns."""
@@ -181,16 +178,37 @@ def main() -> None:
         report(status_fd, "error", STALE)
         return
     os.close(go_write)
-    signal.signal(signal.SIGALRM, on_alarm)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, float(config["timeout"]))
-        _, status = os.waitpid(pid, 0)
-        result = ("signal", os.WTERMSIG(status)) if os.WIFSIGNALED(status) else ("exit", os.WEXITSTATUS(status))
-    except TimeoutError:
-        result = ("timed_out", True)
-    signal.setitimer(signal.ITIMER_REAL, 0)
+    result = wait(pid, status_fd, float(config["timeout"]))
     sweep(pid)
-    report(status_fd, *result)
+    if result is not None:  # None: the host is gone (killed), nobody to tell
+        report(status_fd, *result)
+
+
+def wait(pid: int, status_fd: int, seconds: float) -> "tuple[str, int | bool] | None":
+    """Waits for the command at most ``seconds``: ``("exit", code)``, ``("signal", number)`` or
+    ``("timed_out", True)``; ``None`` as soon as the host is gone (its end of the status pipe
+    closed, as a ``kill -9`` of the trainer closes it), so the code does not outlive it."""
+    import select
+
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # a child's exit wakes the poll
+    poller = select.poll()
+    poller.register(wake_read, select.POLLIN)
+    poller.register(status_fd, 0)  # POLLERR once no one can read it
+    deadline = time.monotonic() + seconds
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return ("signal", os.WTERMSIG(status)) if os.WIFSIGNALED(status) else ("exit", os.WEXITSTATUS(status))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return ("timed_out", True)
+        for fd, _ in poller.poll(max(1, int(left * 1000))):
+            if fd == status_fd:
+                return None
+            os.read(wake_read, 512)
 
 
 def report(status_fd: int, key: str, value: "int | str") -> None:
