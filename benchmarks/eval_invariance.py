@@ -46,7 +46,8 @@ def main() -> None:
     parser.add_argument("--lora-std", type=float, default=0.05)
     args = parser.parse_args()
     fresh = args.model is None
-    command = ["train", args.env, "--model", args.model or smollm2(), "--chat-template", "--warmstart-steps", "0", *TASK]
+    command = ["train", args.env, "--model", args.model or smollm2(), "--chat-template", "--warmstart-steps", "0"]
+    command += TASK
     spec = RunSpec.from_args(build_parser().parse_args(command + (["--lora", "r=16"] if fresh else [])))
     spec, recipe = pretrained_recipe(spec)
     spec = dataclasses.replace(spec, config=run_config(spec, recipe))

@@ -60,7 +60,8 @@ class HFEngine:
         self.queued: dict[int, list[int]] = {}  # per row: tokens to feed at the next flush
         self.turns: dict[int, Generation] = {}  # the rows whose turn is going on
         self.keys: dict[int, int | None] = {}  # each row's sampling stream
-        self.logits = self.hidden = torch.zeros(0)  # (B, V), (B, H) after the last flush
+        self.logits = self.hidden = torch.zeros(0)  # (F, V), (F, H) after the last flush, for its fed rows
+        self.fed: list[int] = []  # the rows the last flush ran the model on
 
     def forget(self, row: int) -> None:
         """Empties one row: its keys/values stay in the cache, masked out, until a compaction."""
@@ -84,8 +85,10 @@ class HFEngine:
             return {}
         keys = [self.keys[r] for r in rows]
         positions = [len(self.cached[r]) for r in rows]
-        everything = len(rows) == len(self.cached)  # no row selection: the last flush's rows as they are
-        logits, hidden = (self.logits, self.hidden) if everything else (self.logits[rows], self.hidden[rows])
+        where = {r: i for i, r in enumerate(self.fed)}  # a row's place in the last flush's output
+        picked = [where[r] for r in rows]
+        everything = picked == list(range(len(self.fed)))  # no selection: the last flush's rows as they are
+        logits, hidden = (self.logits, self.hidden) if everything else (self.logits[picked], self.hidden[picked])
         tokens, logprobs = sample(logits, kwargs, None if None in keys else cast(Any, keys), positions)
         values = self.policy.module.value_head(hidden.float()).squeeze(-1).tolist()  # V before each token
         ended, tok = {}, self.policy.tokenizer
@@ -114,7 +117,11 @@ class HFEngine:
         seg_mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in feeds])  # (B, n)
         for cached, s in zip(self.cached, feeds):
             cached.extend(s)
-        self.logits, self.hidden = self.forward(segment, seg_mask)
+        fed = [r for r, s in enumerate(feeds) if s]
+        if len(fed) == len(feeds) or not self.selectable():
+            fed = list(range(len(feeds)))
+        self.logits, self.hidden = self.forward(segment, seg_mask, fed)
+        self.fed = fed
 
     @contextlib.contextmanager
     def decoding(self) -> Iterator[None]:
@@ -207,8 +214,18 @@ class HFEngine:
             taken.add(row)
         return rows
 
-    def forward(self, tokens: torch.Tensor, seg_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The model on one segment (B, n) after the cache; each row's last logits and hidden state."""
+    def selectable(self) -> bool:
+        """Whether a flush can run the model on some rows only: every cache layer a ``GrowingLayer``
+        that holds keys already (a turn's finished rows then cost nothing while the others decode)."""
+        layers = getattr(self.cache, "layers", None)
+        return bool(layers) and all(type(layer) is GrowingLayer and layer.is_initialized for layer in layers)
+
+    def forward(
+        self, tokens: torch.Tensor, seg_mask: torch.Tensor, rows: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model on one segment (B, n) after the cache, for ``rows`` only (the others' segment
+        is all padding: their cache grows by masked slots); the last logits and hidden state of
+        each of ``rows``."""
         from transformers import DynamicCache
 
         model, device = self.policy.model, self.policy.device
@@ -217,15 +234,24 @@ class HFEngine:
         before = self.mask.sum(-1, keepdim=True)  # (B, 1) real tokens already cached
         positions = (before + seg_mask.cumsum(-1) - 1).clamp(min=0)  # (B, n) positions of real tokens
         self.mask = torch.cat([self.mask, seg_mask], dim=1)  # (B, W + n)
-        out = model(
-            input_ids=tokens.to(device),
-            attention_mask=self.mask.to(device),
-            position_ids=positions.to(device),
-            **{cache_argument(model): self.cache},
-            use_cache=True,
-            output_hidden_states=True,
-            logits_to_keep=1,
-        )
+        some = len(rows) < len(self.cached)
+        select = torch.tensor(rows)
+        layers = self.cache.layers if some else []
+        for layer in layers:
+            layer.rows = select.to(device)
+        try:
+            out = model(
+                input_ids=tokens[select].to(device),
+                attention_mask=self.mask[select].to(device),
+                position_ids=positions[select].to(device),
+                **{cache_argument(model): self.cache},
+                use_cache=True,
+                output_hidden_states=True,
+                logits_to_keep=1,
+            )
+        finally:
+            for layer in layers:
+                layer.rows = None
         return out.logits[:, -1], out.hidden_states[-1][:, -1]
 
 
@@ -261,6 +287,9 @@ class GrowingLayer(DynamicLayer):
     text world's episode of 10,000 tokens spent most of its decode time in those copies."""
 
     room: list[torch.Tensor] = []  # keys and values, with room after the cached tokens
+    rows: torch.Tensor | None = None
+    """While set, the forward runs on these rows only: their new keys and values are written
+    there, the other rows' new slots are zeros (masked out), and the rows' cache is returned."""
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         keys, values = (self.keys, self.values) if self.is_initialized else (None, None)
@@ -271,9 +300,16 @@ class GrowingLayer(DynamicLayer):
         if not self.room or self.room[0].data_ptr() != keys.data_ptr() or self.room[0].shape[-2] < n + m:
             grow = max(m, n)  # re-adopted after anything replaced the keys (a batch_select_indices)
             self.room = [torch.cat([t, t.new_empty(*t.shape[:-2], grow, t.shape[-1])], dim=-2) for t in (keys, values)]
-        self.room[0][..., n : n + m, :] = key_states
-        self.room[1][..., n : n + m, :] = value_states
+        if self.rows is None:
+            self.room[0][..., n : n + m, :] = key_states
+            self.room[1][..., n : n + m, :] = value_states
+        else:  # zeros, not stale memory, where a masked slot meets a zero attention weight (0 * nan is nan)
+            for room, new in zip(self.room, (key_states, value_states)):
+                room[..., n : n + m, :] = 0
+                room[self.rows, ..., n : n + m, :] = new
         self.keys, self.values = self.room[0][..., : n + m, :], self.room[1][..., : n + m, :]
+        if self.rows is not None:
+            return self.keys[self.rows], self.values[self.rows]
         return self.keys, self.values
 
 
