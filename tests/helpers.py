@@ -35,6 +35,15 @@ def tiny_model(vocab_size, eos_token_id, seed=0, n_layer=2, n_embd=64, n_positio
     return GPT2LMHeadModel(config)
 
 
+def alive(pid):
+    """Whether process ``pid`` runs (a zombie, waiting for its parent to reap it, runs nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def oracle_trace(envs, steps=6):
     """What a vector env returns, step by step, when every sub-env plays its oracle (seeds 10, 11, ...)."""
     import numpy as np

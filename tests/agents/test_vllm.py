@@ -214,3 +214,39 @@ def test_lmgym_train_with_vllm_runs_two_updates(tmp_path):
     rows = (out / "metrics.csv").read_text().splitlines()
     assert len(rows) >= 3  # a header and one row per update
     assert (out / "model").is_dir()
+
+
+def test_kill_9_leaves_no_vllm_process_behind(tmp_path):
+    """The vLLM engine's processes die with the trainer, even by kill -9 (within 10 s)."""
+    import signal
+    import time
+
+    from helpers import alive
+
+    from lmgym.processes import descendants
+
+    script = (
+        "import gymnasium as gym, lmgym, torch\n"
+        "from lmgym.agents import PPOAgent, PPOConfig\n"
+        "from lmgym.agents.warmstart import tiny_llama\n"
+        "from lmgym.tokenizers import ByteTokenizer\n"
+        "tok = ByteTokenizer()\n"
+        "model = tiny_llama(tok, n_layer=2, n_embd=128, n_head=4, n_positions=512)\n"
+        f"config = PPOConfig(engine={{'name': 'vllm', 'kwargs': {EAGER!r}}}, seed=0)\n"
+        "agent = PPOAgent(model, tokenizer=tok, config=config)\n"
+        "agent.collect(gym.make_vec('lmgym/Echo-v0', num_envs=2, tokenizer=tok), 2)\n"
+        "print('ready', flush=True)\n"
+        "import time; time.sleep(600)\n"
+    )
+    run = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        assert run.stdout.readline().strip() == "ready"
+        started = descendants(run.pid)
+        assert started  # vLLM's engine process
+    finally:
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(alive(p) for p in started):
+        time.sleep(0.2)
+    assert not [p for p in started if alive(p)], "vLLM processes alive 10 s after kill -9"

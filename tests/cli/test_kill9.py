@@ -9,8 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+from helpers import alive
+
+from lmgym.processes import descendants
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -34,31 +38,6 @@ envs.reset(seed=0)
 """
 
 
-def children_of(pid):
-    """Every live descendant of ``pid`` (from /proc's parent links)."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize("kind", ["sandbox", "jvm", "ray"])
 def test_kill_9_leaves_no_process_behind(kind, tmp_path):
     if kind == "jvm" and (shutil.which("java") is None or importlib.util.find_spec("scienceworld") is None):
@@ -72,7 +51,7 @@ def test_kill_9_leaves_no_process_behind(kind, tmp_path):
     try:
         assert run.stdout.readline().strip() == "ready"
         time.sleep(1)  # the sandbox's code is running
-        started = children_of(run.pid)
+        started = descendants(run.pid)
         assert started  # there is something to leave behind
     finally:
         os.kill(run.pid, signal.SIGKILL)
@@ -80,5 +59,5 @@ def test_kill_9_leaves_no_process_behind(kind, tmp_path):
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(alive(p) for p in started):
         time.sleep(0.2)
-    left = {p: open(f"/proc/{p}/cmdline").read().replace("\0", " ")[:120] for p in started if alive(p)}
+    left = {p: Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ")[:120] for p in started if alive(p)}
     assert not left, f"alive 10 s after kill -9: {left}"

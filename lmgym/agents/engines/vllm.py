@@ -22,6 +22,7 @@ import torch
 
 from lmgym.agents.engines.base import EngineDied, EnginePolicy, EngineUnavailable, Generation
 from lmgym.core import action_length, may_end_turn
+from lmgym.processes import descendants, fate_share
 
 
 def vllm_problem() -> str | None:
@@ -97,6 +98,7 @@ class VLLMEngine:
         else:
             llm_kwargs.setdefault("gpu_memory_utilization", gpu_memory_utilization)
         dtype = dtype or str(policy.model.dtype).removeprefix("torch.")
+        before = descendants(os.getpid())
         with quiet_stderr(self.dir) as log:  # start-up noise, ours and the engine process's
             try:
                 self.llm = vllm.LLM(
@@ -110,6 +112,7 @@ class VLLMEngine:
                 )
             except Exception as e:
                 raise EngineUnavailable(f"vLLM did not start: {e}\n{log.read_text()[-3000:]}") from e
+        fate_share(descendants(os.getpid()) - before)  # its engine process dies with this one, even by kill -9
         print(
             f"lmgym: vLLM {vllm.__version__} engine started on {current_platform.device_type} ({dtype}) "
             f"in {time.perf_counter() - start:.0f} s",
