@@ -217,7 +217,7 @@ class HFEngine:
     def selectable(self) -> bool:
         """Whether a flush can run the model on some rows only: every cache layer a ``GrowingLayer``
         that holds keys already (a turn's finished rows then cost nothing while the others decode)."""
-        layers = getattr(self.cache, "layers", None)
+        layers = getattr(self.cache, "layers", None) or []
         return bool(layers) and all(type(layer) is GrowingLayer and layer.is_initialized for layer in layers)
 
     def forward(
