@@ -68,7 +68,7 @@ def provenance(spec: RunSpec, agent: PPOAgent, given: RunSpec | None = None) -> 
     """What a run needs to be replayed, and whether a replay can be bit-exact: ``provenance_now``,
     the device, the full resolved config (``config.json`` has it flat) and the command as given
     (``given``, its episodes as the run picked them: ``lmgym train --replay`` runs it)."""
-    from lmgym.cli.replay import spec_record
+    from lmgym.cli.spec import spec_record
 
     config = agent.config
     inexact = [

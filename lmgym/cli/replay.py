@@ -1,5 +1,5 @@
-"""``lmgym train --replay RUN``: the run again, from what its ``summary.json`` recorded, and where
-the two first differ.
+"""``lmgym train --replay RUN``'s parts: what a run recorded to be replayed, and where two runs
+first differ (``lmgym.cli.train.replay_run`` trains the replay between them).
 
 A run records the command it was given (``RunSpec``, its episodes as the run picked them) under
 ``provenance.spec``; the replay trains that spec into a new directory, then compares the two
@@ -11,35 +11,14 @@ differ, and what differs there.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from lmgym.cli.errors import RunError, UsageError
-from lmgym.cli.spec import RunSpec
 
-NOT_REPLAYED = {"out", "resume", "overwrite", "config", "json", "seeds", "replay"}
-"""Spec fields a replay does not take from the run: where it writes, and how it was started."""
 PROVENANCE_KEYS = ("python", "lmgym", "torch", "transformers", "commit", "machine", "threads", "device")
-
-
-def spec_record(spec: RunSpec) -> dict[str, Any]:
-    """``spec`` as JSON-able data for ``provenance.spec`` (``spec_from_record``'s inverse)."""
-    record = {
-        f.name: getattr(spec, f.name) for f in dataclasses.fields(RunSpec) if f.name not in NOT_REPLAYED | {"settings"}
-    }
-    record["settings"] = [[list(path), value] for path, value in spec.settings.items()]
-    return json.loads(json.dumps(record, default=str))
-
-
-def spec_from_record(record: dict[str, Any], out: Path, overwrite: bool) -> RunSpec:
-    """The spec ``spec_record`` recorded, writing to ``out``."""
-    fields = {f.name for f in dataclasses.fields(RunSpec)} - NOT_REPLAYED - {"settings"}
-    given = {k: v for k, v in record.items() if k in fields}
-    settings = {tuple(path): value for path, value in record.get("settings", [])}
-    return RunSpec(**given, settings=settings, out=out, overwrite=overwrite)
 
 
 def recorded(run: Path) -> dict[str, Any]:
@@ -55,25 +34,9 @@ def recorded(run: Path) -> dict[str, Any]:
     return provenance
 
 
-def replay(run: Path, out: Path, overwrite: bool) -> None:
-    """Trains ``run``'s recorded spec into ``out`` and prints how the two runs compare; a replay
-    that differs is a ``RunError`` (exit status 1) naming the first update that differs."""
-    from lmgym.cli.outputs import provenance_now
-    from lmgym.cli.train import train_one
-
-    provenance = recorded(run)
-    if out.resolve() == run.resolve():
-        raise UsageError(f"--replay {str(run)!r}: pass another --out (the replay writes a run of its own)")
-    now = provenance_now()
-    changed = [f"{k} {provenance.get(k)} -> {now.get(k)}" for k in PROVENANCE_KEYS if provenance.get(k) != now.get(k)]
-    if changed:
-        print(f"replay: not the run's setting ({'; '.join(changed)}): it may differ for that reason alone")
-    print(f"replaying {run} into {out}")
-    train_one(spec_from_record(provenance["spec"], out, overwrite))
-    difference = first_difference(run, out)
-    if difference:
-        raise ReplayDiffers(difference)
-    print(f"replay: identical ({run} and {out}: episodes, metrics and weights)")
+def changed(provenance: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """What differs between a run's setting (its ``provenance``) and this one's, in words."""
+    return [f"{k} {provenance.get(k)} -> {now.get(k)}" for k in PROVENANCE_KEYS if provenance.get(k) != now.get(k)]
 
 
 class ReplayDiffers(RunError):
@@ -133,4 +96,4 @@ def first_difference(a: Path, b: Path) -> str | None:
     return None
 
 
-__all__ = ["first_difference", "replay", "spec_from_record", "spec_record"]
+__all__ = ["ReplayDiffers", "changed", "first_difference", "recorded"]

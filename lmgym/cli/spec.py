@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +51,6 @@ def parse_kwargs(items: Sequence[str]) -> dict[str, Any]:
         {'n': 2, 'config': {'negative': False}, 'name': 'abc'}
     """
     import ast
-    import json
 
     out: dict[str, Any] = {}
     for item in items:
@@ -168,4 +168,35 @@ class RunSpec:
         return self.settings.get(("rollout", "step_timeout"))
 
 
-__all__ = ["FLAG_NAMES", "OWN_FLAGS", "RunSpec", "config_flags", "flat", "nested", "parse_kwargs"]
+NOT_REPLAYED = {"out", "resume", "overwrite", "config", "json", "seeds"}
+"""Spec fields a replay does not take from the run: where it writes, and how it was started."""
+
+
+def spec_record(spec: RunSpec) -> dict[str, Any]:
+    """``spec`` as JSON-able data for ``provenance.spec`` (``spec_from_record``'s inverse)."""
+    record = {
+        f.name: getattr(spec, f.name) for f in dataclasses.fields(RunSpec) if f.name not in NOT_REPLAYED | {"settings"}
+    }
+    record["settings"] = [[list(path), value] for path, value in spec.settings.items()]
+    return json.loads(json.dumps(record, default=str))
+
+
+def spec_from_record(record: dict[str, Any], out: Path, overwrite: bool) -> RunSpec:
+    """The spec ``spec_record`` recorded, writing to ``out``."""
+    fields = {f.name for f in dataclasses.fields(RunSpec)} - NOT_REPLAYED - {"settings"}
+    given = {k: v for k, v in record.items() if k in fields}
+    settings = {tuple(path): value for path, value in record.get("settings", [])}
+    return RunSpec(**given, settings=settings, out=out, overwrite=overwrite)
+
+
+__all__ = [
+    "FLAG_NAMES",
+    "OWN_FLAGS",
+    "RunSpec",
+    "config_flags",
+    "flat",
+    "nested",
+    "parse_kwargs",
+    "spec_from_record",
+    "spec_record",
+]

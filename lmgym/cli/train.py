@@ -127,11 +127,10 @@ def add_learning_flags(p: argparse.ArgumentParser) -> None:
 
 def train(args: argparse.Namespace) -> None:
     if args.replay is not None:
-        from lmgym.cli.replay import replay
-
         run = Path(args.replay)
-        out = Path(args.out) if args.out != DEFAULT_OUT else run.with_name(run.name + "-replay")
-        replay(run, out, args.overwrite)
+        replay_run(
+            run, Path(args.out) if args.out != DEFAULT_OUT else run.with_name(run.name + "-replay"), args.overwrite
+        )
         return
     spec = RunSpec.from_args(args)
     check_inputs(spec)  # bad input fails here, before torch is even imported
@@ -145,6 +144,28 @@ def train(args: argparse.Namespace) -> None:
         print(f"wrote {spec.out / 'compare.json'} and {spec.out / 'compare.png'}")
         return
     train_one(spec)
+
+
+def replay_run(run: Path, out: Path, overwrite: bool) -> None:
+    """``--replay RUN``: trains ``run``'s recorded command into ``out`` and prints how the two runs
+    compare; a replay that differs is a ``ReplayDiffers`` (exit status 1) naming the first update
+    that does (``lmgym.cli.replay``)."""
+    from lmgym.cli.outputs import provenance_now
+    from lmgym.cli.replay import ReplayDiffers, changed, first_difference, recorded
+    from lmgym.cli.spec import spec_from_record
+
+    provenance = recorded(run)
+    if out.resolve() == run.resolve():
+        raise UsageError(f"--replay {str(run)!r}: pass another --out (the replay writes a run of its own)")
+    differs = changed(provenance, provenance_now())
+    if differs:
+        print(f"replay: not the run's setting ({'; '.join(differs)}): it may differ for that reason alone")
+    print(f"replaying {run} into {out}")
+    train_one(spec_from_record(provenance["spec"], out, overwrite))
+    difference = first_difference(run, out)
+    if difference:
+        raise ReplayDiffers(difference)
+    print(f"replay: identical ({run} and {out}: episodes, metrics and weights)")
 
 
 def train_one(spec: RunSpec) -> None:

@@ -266,11 +266,13 @@ def test_train_on_ray_with_its_defaults_on_two_cpus(tmp_path):
 
 
 def test_train_with_a_placement_that_can_never_fit_is_one_line(tmp_path):
-    out = tmp_path / "run"
+    """Each actor fits a node, all of them together do not: one line once the cluster is known.
+    (An ask past any node's CPUs is a usage error before Ray starts: tests/cli/test_found_early.py.)"""
+    out, actors = tmp_path / "run", (os.cpu_count() or 1) + 1  # one CPU each: more than the machine has
     result = lmgym_cli(
-        "train", "lmgym/Echo-v0", "--ray", "--env-workers", "2", "--env-worker-cpus", "64", "--warmstart-steps", "5",
-        "--out", str(out),
+        "train", "lmgym/Echo-v0", "--ray", "--env-workers", str(actors), "--env-worker-cpus", "1",
+        "--warmstart-steps", "5", "--out", str(out),
     )  # fmt: skip
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("lmgym train: failed: ")]
-    assert "need 128 CPUs at once" in line and f"traceback in {out / 'error.log'}" in line
+    assert f"need {actors} CPUs at once" in line and f"traceback in {out / 'error.log'}" in line
