@@ -235,3 +235,26 @@ def test_gym_env_smoke_with_dapo_and_dynamic_sampling():
     agent.learn(envs, total_episodes=4, progress_bar=False)
     assert agent.num_updates == 1
     envs.close()
+
+
+@pytest.mark.parametrize(
+    "argv, error",
+    [
+        (["--estimator", "grpo", "--dynamic-sampling", "true", "--scale-rewards", "none"], None),
+        (["--model", "SmolLM2-135M-Instruct.Q4_1.gguf", "--dynamic-sampling", "true"], None),  # the recipe's rloo
+        (["--dynamic-sampling", "true"], "dynamic_sampling drops groups"),  # the default model's gae
+        (["--estimator", "gae", "--scale-rewards", "group"], "scale_rewards scales a group estimator"),
+    ],
+)
+def test_flags_are_checked_early_with_the_estimator_that_will_run(argv, error):
+    from lmgym.cli import build_parser
+    from lmgym.cli.errors import UsageError
+    from lmgym.cli.options import check_inputs
+    from lmgym.cli.spec import RunSpec
+
+    spec = RunSpec.from_args(build_parser().parse_args(["train", "lmgym/Echo-v0", *argv]))
+    if error is None:
+        check_inputs(spec)
+    else:
+        with pytest.raises(UsageError, match=error):
+            check_inputs(spec)
