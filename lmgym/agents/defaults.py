@@ -113,7 +113,7 @@ class Recipe:
                 f"{self.episodes} episodes"
                 if self.episodes
                 else f"episodes: at least {PURE_RL_MIN_UPDATES} updates, more where they fit {PRETRAINED_MINUTES} "
-                "min here (the time is said after the first update)"
+                "min here (the time is estimated next, and measured at the first update)"
                 if self.pure
                 else f"episodes: what fits about {PRETRAINED_MINUTES} min here, sized from the first update",
             ]

@@ -261,10 +261,11 @@ def check_inputs(spec: RunSpec) -> None:
         raise UsageError(f"--warmstart-steps must be at least 0, got {spec.warmstart_steps}")
     if spec.generation_kwargs is not None and not isinstance(spec.generation_kwargs, dict):
         raise UsageError(f"--generation-kwargs must be a JSON object, got {json.dumps(spec.generation_kwargs):.80}")
-    settings = nested(spec.settings)
+    settings: dict[str, Any] = nested(spec.settings)
     estimator = spec.estimator or ("rloo" if spec.model else None)  # a recipe's group estimator: run_config checks
+    settings.update({"estimator": estimator} if estimator else {})
     try:
-        PPOConfig(**settings, **({"estimator": estimator} if estimator else {}))  # a bad flag (--step-timeout inf)
+        PPOConfig(**settings)  # a bad config flag (--step-timeout inf, --engine-kwargs '[1]')
     except (TypeError, ValueError) as e:
         raise UsageError(str(e)) from e
     if spec.model is not None and not os.path.exists(spec.model) and (os.sep in spec.model or spec.model[:1] == "."):

@@ -208,12 +208,15 @@ def run(spec: RunSpec, built: dict[str, Any], started: float) -> None:
         checkup(spec, agent, envs)
     if spec.resume is not None:
         resume(agent, spec.resume, envs)
+    evaluated = time.perf_counter()
     before = evaluate_before(spec, agent, eval_envs)
+    pace = (time.perf_counter() - evaluated) / (spec.eval_episodes * (1 + spec.samples))
     if spec.stop_at_success is not None and before[0]["success"] >= spec.stop_at_success:
         print(f"held-out greedy success {before[0]['success']:.1%} is at --stop-at-success already: no training")
         after = before
     else:
-        after, target = learn(spec, agent, envs, eval_envs, PURE_RL_MIN_UPDATES if recipe and recipe.pure else 2)
+        least = PURE_RL_MIN_UPDATES if recipe and recipe.pure else 2
+        after, target = learn(spec, agent, envs, eval_envs, least, pace)
         given = dataclasses.replace(given, episodes=target)
     write_outputs(spec, agent, before, after)
     report(spec, agent, before[0], after[0], time.perf_counter() - started, given)
@@ -257,12 +260,13 @@ def evaluate_before(spec: RunSpec, agent: PPOAgent, eval_envs: VectorEnv) -> Eva
 
 
 def learn(
-    spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv, least: int = 2
+    spec: RunSpec, agent: PPOAgent, envs: VectorEnv, eval_envs: VectorEnv, least: int = 2, pace: float = 0.0
 ) -> tuple[Evaluation, int]:
     """PPO for ``--episodes`` (``None``: as many as fit ``PRETRAINED_MINUTES`` here, sized from the
     first update, at least ``least`` updates), evaluated every ``--eval-every`` updates, ending
     early at ``--stop-at-success``; the final evaluation, and the episodes the run was to train.
-    The first update is timed, and the run's time estimated from it."""
+    The run's time is estimated up front from ``pace`` (the evaluation's seconds an episode) and
+    again, measured, from the first update."""
     from lmgym.agents.callbacks import Evaluator, NoSignal, StopAtSuccess
     from lmgym.agents.evaluation import evaluate
 
@@ -275,6 +279,7 @@ def learn(
     first_callbacks: list[Any] = [signal, evaluator, stop, timer]
     learn_to = functools.partial(agent.learn, envs, log_dir=spec.out, checkpoint_dir=spec.out / "checkpoints")
     first = agent.num_episodes + agent.config.episodes_per_update
+    say_estimate(agent, target, pace, spec.eval_every, least)
     learn_to(total_episodes=first if target is None else target, callbacks=first_callbacks)  # the timer stops it
     if target is None:
         target = budget_episodes(agent, timer.seconds, PRETRAINED_MINUTES * 60, spec.eval_every, least)
@@ -287,6 +292,22 @@ def learn(
     if signal.stopped:
         print(f"stopped after {agent.num_episodes} episodes: {signal.stopped}; --allow-no-signal trains on")
     return evaluator.final or evaluate(agent, eval_envs, spec.eval_episodes, samples=spec.samples), target
+
+
+UPDATE_EPISODE_COST = 8
+"""An update's seconds an episode, in evaluated episodes' seconds (a greedy episode played in
+the evaluation's batch): sampling, scoring and the gradient step. Measured on SmolLM2-135M with
+LoRA from rewards alone, 2 cores: 5.5-9 (docs/results/rewards-alone.md); an estimate only, said
+as one until the first update is timed."""
+
+
+def say_estimate(agent: PPOAgent, target: int | None, pace: float, eval_every: int, least: int) -> None:
+    """The run's time before its first update, from ``pace`` (an evaluated episode's seconds), where
+    it is a minute or more."""
+    guess = UPDATE_EPISODE_COST * pace * agent.config.episodes_per_update
+    planned = target or budget_episodes(agent, guess, PRETRAINED_MINUTES * 60, eval_every, least)
+    if pace and (planned - agent.num_episodes) / agent.config.episodes_per_update * guess >= 60:
+        print(f"estimated: {describe_budget(agent, planned, guess)} (from the evaluation's pace; timed after update 1)")
 
 
 class FirstUpdate:
@@ -318,7 +339,8 @@ def describe_budget(agent: PPOAgent, target: int, update_seconds: float) -> str:
     finish = time.strftime("%H:%M", time.localtime(time.time() + left * update_seconds))
     minutes = left * update_seconds / 60
     return (
-        f"{left} more updates of {agent.config.episodes_per_update} take about {minutes:.0f} min (done about {finish})"
+        f"{left} {'more ' if agent.num_updates else ''}updates of {agent.config.episodes_per_update} take about "
+        f"{minutes:.0f} min (done about {finish})"
     )
 
 
