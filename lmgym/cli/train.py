@@ -294,11 +294,11 @@ def learn(
     return evaluator.final or evaluate(agent, eval_envs, spec.eval_episodes, samples=spec.samples), target
 
 
-UPDATE_EPISODE_COST = 8
+UPDATE_EPISODE_COST = 9
 """An update's seconds an episode, in evaluated episodes' seconds (a greedy episode played in
 the evaluation's batch): sampling, scoring and the gradient step. Measured on SmolLM2-135M with
-LoRA from rewards alone, 2 cores: 5.5-9 (docs/results/rewards-alone.md); an estimate only, said
-as one until the first update is timed."""
+LoRA from rewards alone on 2-digit sums, 1 thread of a 2-core machine: 8.6 (GRPO) and 9.7 (RLOO)
+at the first update; an estimate only, said as one until the first update is timed."""
 
 
 def say_estimate(agent: PPOAgent, target: int | None, pace: float, eval_every: int, least: int) -> None:
