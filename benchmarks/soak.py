@@ -90,7 +90,7 @@ def main() -> None:
             done = updates_done(out)
             try:
                 samples[done] = sample(run.pid)
-            except OSError:
+            except (OSError, StopIteration):  # gone, or a zombie without VmRSS
                 break
             if done and done % args.every == 0 and done not in printed:
                 printed.add(done)
