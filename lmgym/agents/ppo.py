@@ -101,6 +101,7 @@ class PPOAgent:
         self.kl_controller = KLController(config.kl_coef, config.adaptive_kl, config.kl_target, config.kl_horizon)
         self.num_episodes = 0
         self.num_updates = 0  # also the policy's version: the engine samples with ``engine_version``
+        self.collect_began: dict[str, Any] | None = None  # the RNGs as the collect in progress found them
         self.engine_version = 0
         self.last_update: UpdateBatch | None = None  # what the last update trained with (for lmgym view)
 
@@ -432,9 +433,18 @@ class PPOAgent:
     def batches(self, envs: gym.Env | VectorEnv, sizes: Iterator[int]) -> Batches:
         """``learn``'s batches, each collected when the update before it is done, with its seconds."""
         for n in sizes:
-            started = time.perf_counter()
+            started, self.collect_began = time.perf_counter(), self.rng_states()
             batch = self.collect_varied(envs, n) if self.config.dynamic_sampling else self.collect(envs, n)
+            self.collect_began = None
             yield batch, time.perf_counter() - started
+
+    def rewind_collect(self) -> None:
+        """Puts the RNGs back where the collect in progress began (one abandoned by an error or a
+        preemption changes no weights), so that a checkpoint written now is the update's own."""
+        if self.collect_began is not None:
+            self.rollout.load_state_dict(self.collect_began["rollout"])
+            persistence.set_rng_state(self.collect_began)
+            self.collect_began = None
 
     def collect_varied(self, envs: gym.Env | VectorEnv, num_episodes: int) -> Trajectories:
         """DAPO's dynamic sampling (``config.dynamic_sampling``): ``num_episodes`` episodes whose
@@ -492,9 +502,12 @@ class PPOAgent:
             "kl_coef": float(self.kl_controller.value),
             "num_episodes": self.num_episodes,
             "num_updates": self.num_updates,
-            "rollout": self.rollout.state_dict(),
-            **persistence.rng_state(),
+            **self.rng_states(),
         }
+
+    def rng_states(self) -> dict[str, Any]:
+        """The collector's and the global RNGs' states: what a collect advances."""
+        return {"rollout": self.rollout.state_dict(), **persistence.rng_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores ``state_dict``'s data (a checkpoint of an earlier release keeps its seed RNG at the top)."""

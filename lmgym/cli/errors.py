@@ -42,8 +42,9 @@ class Stopped(RunError):
 
 class Preemption:
     """SIGTERM and SIGUSR1 as a clean stop: the signal raises ``Preempted`` at once, or, inside
-    ``deferred()`` (an update's optimizer steps, a checkpoint's writes), as soon as that ends, so
-    that what is checkpointed is a whole update. Installed by ``install()`` in the main thread;
+    ``deferred()`` (an update with its metrics, evaluation and checkpoint; a checkpoint's writes),
+    as soon as that ends, so that what is checkpointed is a whole update (a collect it breaks off
+    is rewound: ``PPOAgent.rewind_collect``). Installed by ``install()`` in the main thread;
     once it has raised, the signals' default actions are back, so a second SIGTERM (or the
     scheduler's SIGKILL) ends the process at once, its checkpoints written aside and intact."""
 

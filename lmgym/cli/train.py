@@ -196,8 +196,8 @@ def run(spec: RunSpec, built: dict[str, Any], started: float) -> None:
     if problem:
         raise UsageError(problem)
     agent = built["agent"] = make_agent(spec)
-    update, save = agent.update, agent.save_checkpoint
-    agent.update = lambda *a, **k: deferred(built["preemption"], update, *a, **k)  # type: ignore[method-assign]
+    step, save = agent.learn_step, agent.save_checkpoint  # an update, its metrics and checkpoint run whole
+    agent.learn_step = lambda *a, **k: deferred(built["preemption"], step, *a, **k)  # type: ignore[method-assign]
     agent.save_checkpoint = lambda *a, **k: deferred(built["preemption"], save, *a, **k)  # type: ignore[method-assign]
     check_chat_template(spec, agent.tokenizer)
     print(format_memory(agent.memory_estimate()))
@@ -363,6 +363,7 @@ def run_failure(agent: PPOAgent | None, envs: VectorEnv | None, out: Path, error
         return f"disk full: {full}; {last_good(out)}"
     if agent is not None and agent.num_updates:
         try:
+            agent.rewind_collect()
             agent.save_checkpoint(out / "checkpoints", envs)
             fix = "" if isinstance(error, Preempted) else "fix it, then "
             resume = f"; update {agent.num_updates} is checkpointed: {fix}--resume {out}"

@@ -370,6 +370,37 @@ def test_resume_continues_the_same_run(tmp_path):
         assert torch.allclose(a, b, atol=1e-6)
 
 
+class StopsAtStep(gym.Wrapper):
+    """Raises ``KeyboardInterrupt`` at its ``at``-th step: a run stopped in the middle of a collect."""
+
+    def __init__(self, env, at):
+        super().__init__(env)
+        self.steps, self.at = 0, at
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.at:
+            raise KeyboardInterrupt
+        return super().step(action)
+
+
+def test_a_checkpoint_written_after_a_collect_broke_off_is_the_updates_own(tmp_path):
+    straight = byte_agent(episodes_per_update=4, mini_batch_size=2, learning_rate=1e-3)
+    straight.learn(gym.make("lmgym/Echo-v0"), total_episodes=12, progress_bar=False)
+
+    first = byte_agent(episodes_per_update=4, mini_batch_size=2, learning_rate=1e-3)
+    with pytest.raises(KeyboardInterrupt):  # in update 2's collect, its samples and seeds half drawn
+        first.learn(StopsAtStep(gym.make("lmgym/Echo-v0"), at=6), total_episodes=12, progress_bar=False)
+    assert first.num_updates == 1 and first.collect_began is not None
+    first.rewind_collect()
+    first.save_checkpoint(tmp_path, gym.make("lmgym/Echo-v0"))
+    resumed = byte_agent(episodes_per_update=4, mini_batch_size=2, learning_rate=1e-3)
+    resumed.learn(gym.make("lmgym/Echo-v0"), total_episodes=12, resume_from=tmp_path / "last", progress_bar=False)
+    assert resumed.num_updates == 3
+    for a, b in zip(straight.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b)
+
+
 def test_learn_logs_and_callbacks(tmp_path):
     seen = []
 
