@@ -9,6 +9,7 @@ keeps the transcript (``prompt + action_1 + obs_1 + ...``) that ``render()`` sho
 from __future__ import annotations
 
 import functools
+import os
 import queue
 import threading
 import weakref
@@ -83,8 +84,9 @@ thread holds and the rest of the process needs (``lmgym.compat.OwnRNG``'s) is re
 others here, since a Python thread cannot be killed."""
 
 
-CLOSE_SECONDS = 10.0
-"""How long lmgym waits for an env's ``close()`` before leaving it to finish in the background."""
+CLOSE_SECONDS = float(os.environ.get("LMGYM_CLOSE_SECONDS", "10"))
+"""How long lmgym waits for an env's ``close()`` before leaving it to finish in the background
+(10 s; the environment variable ``LMGYM_CLOSE_SECONDS`` sets another)."""
 
 
 def close_within(env: Any, seconds: float = CLOSE_SECONDS) -> None:

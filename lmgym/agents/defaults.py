@@ -153,8 +153,9 @@ def action_budget(env: gym.Env, tokenizer: Any, seeds: range = range(16), turns:
     """Budgets for ``env`` from its task, as its oracle plays ``seeds``: tokens a turn (in
     ``tokenizer``'s tokens: twice the oracle's longest turn plus 16, at least 32, a multiple of
     8) and turns an episode (twice the oracle's most, at least 2; it plays at most ``turns``).
-    ``None`` when the env has no oracle."""
-    longest, most = 0, 0
+    ``None`` when the env has no oracle. ``ValueError`` where the env's own turn budget is shorter
+    than an oracle's turn (a warm start's demonstrations would not fit)."""
+    longest, most, room = 0, 0, getattr(env.action_space, "max_length", None)
     for seed in seeds:
         env.reset(seed=seed)
         for turn in range(1, turns + 1):
@@ -163,6 +164,11 @@ def action_budget(env: gym.Env, tokenizer: Any, seeds: range = range(16), turns:
             except (NotImplementedError, AttributeError):
                 return None
             ids = tokenizer.encode(text)
+            if room is not None and len(ids) > room:
+                raise ValueError(
+                    f"max_action_tokens={room} is shorter than the env's oracle's turns ({len(ids)} tokens on "
+                    f"seed {seed}): the warm start's demonstrations would not fit; raise it or pass --warmstart-steps 0"
+                )
             longest, most = max(longest, len(ids)), max(most, turn)
             _, _, terminated, truncated, _ = env.step(ids)
             if terminated or truncated:

@@ -135,6 +135,8 @@ def pretrained_recipe(spec: RunSpec) -> tuple[RunSpec, Recipe]:
     try:
         lora = None if spec.lora is None else spec.lora != "none"
         recipe = defaults.pretrained_recipe(env, tokenizer, lora=lora, warmstart=spec.warmstart_steps)
+    except ValueError as e:  # a budget given too small for the oracle, say
+        raise UsageError(str(e).splitlines()[0]) from e
     finally:
         close_within(env)
     steps = recipe.warmstart_steps if spec.warmstart_steps is None else spec.warmstart_steps

@@ -32,3 +32,15 @@ def test_the_python_api_and_the_cli_train_with_the_same_config(env_id, env_kwarg
     if env_kwargs:  # the long-episode batches, in both
         assert agent.config.mini_batch_size == LONG_EPISODE_BATCHES["mini_batch_size"] == 4
         assert agent.config.model.forward_batch_size == 4 and agent.config.gradient_accumulation_steps == 4
+
+
+def test_a_turn_budget_shorter_than_the_oracles_turns_is_named():
+    import gymnasium as gym
+
+    from lmgym.agents.defaults import action_budget
+    from lmgym.tokenizers import ByteTokenizer
+
+    tokenizer = ByteTokenizer()
+    assert action_budget(gym.make("lmgym/Calculator-v0", tokenizer=tokenizer), tokenizer) == (64, 4)
+    with pytest.raises(ValueError, match=r"max_action_tokens=4 is shorter than the env's oracle's turns \(\d+ tokens"):
+        action_budget(gym.make("lmgym/Calculator-v0", tokenizer=tokenizer, max_action_tokens=4), tokenizer)

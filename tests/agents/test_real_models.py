@@ -154,7 +154,8 @@ def test_task_library_envs_are_token_exact_in_a_chat_template(tmp_path, env_id, 
 def test_lora_cli_train_then_eval_in_a_fresh_process(family, tmp_path):
     name, path = family
     out = tmp_path / "run"
-    small = ["--episodes", "8", "--num-envs", "4", "--episodes-per-update", "4", "--eval-episodes", "4"]
+    small = ["--episodes", "4", "--num-envs", "4", "--episodes-per-update", "4", "--eval-episodes", "2"]
+    small += ["--env-arg", "max_action_tokens=16"]
     result = lmgym_cli(
         "train", "lmgym/Countdown-v0", "--model", str(path), "--chat-template", "--lora", "r=4", *small,
         "--eval-every", "0", "--warmstart-steps", "0", "--allow-no-signal", "--out", str(out),
@@ -188,7 +189,8 @@ def test_train_with_a_tool_on_a_task_library_env_and_eval_applies_it(tmp_path):
     path = build("qwen2", tmp_path / "m")
     out = tmp_path / "run"
     task = ["lmgym/ReasoningGym-v0", "--env-arg", "task=basic_arithmetic", "--model", str(path), "--chat-template"]
-    small = ["--episodes", "8", "--num-envs", "4", "--episodes-per-update", "4", "--eval-episodes", "4"]
+    small = ["--episodes", "4", "--num-envs", "4", "--episodes-per-update", "4", "--eval-episodes", "2"]
+    small += ["--env-arg", "max_action_tokens=16"]
     result = lmgym_cli("train", *task, "--tools", "calc", *small, "--eval-every", "0", "--out", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = [x for x in result.stdout.splitlines() if x.startswith("recipe for a pretrained model: ")]

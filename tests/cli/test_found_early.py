@@ -50,6 +50,7 @@ def test_a_manifest_that_passes_a_tokenizer_is_a_usage_error(tmp_path):
 def test_an_env_whose_close_hangs_does_not_stall_train(tmp_path):
     args = ["train", "faulty_env:faulty/Faulty-v0", "--env-arg", "fault=close_hang", "--allow-no-signal"]
     args += ["--num-envs", "8", "--eval-episodes", "8", "--episodes-per-update", "8", "--episodes", "16"]
-    done = lmgym(*args, "--warmstart-steps", "5", "--out", str(tmp_path / "run"), env={"LMGYM_CACHE": str(tmp_path)})
+    waits = {"LMGYM_CACHE": str(tmp_path), "LMGYM_CLOSE_SECONDS": "1"}  # each hung close is waited for, then left
+    done = lmgym(*args, "--warmstart-steps", "5", "--out", str(tmp_path / "run"), env=waits)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["episodes"] == 16

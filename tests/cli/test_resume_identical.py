@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 ARGS = ["lmgym/Echo-v0", "--allow-no-signal", "--num-envs", "8", "--eval-episodes", "8", "--eval-every", "1"]
 ARGS += ["--warmstart-steps", "5", "--episodes-per-update", "8", "--seed", "3", "--checkpoint-every", "1"]
-EPISODES = 160
+EPISODES = 96
 
 
 def command(out, episodes, stop, *more):

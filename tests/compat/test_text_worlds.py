@@ -312,7 +312,7 @@ def test_lmgym_train_on_textworld_end_to_end(cache, tmp_path):
         [
             sys.executable, "-m", "lmgym.cli", "train", "lmgym/TextWorld-v0",
             "--env-arg", "challenge=tw-simple", "--env-arg", "games=1", "--env-arg", "max_episode_steps=4",
-            "--episodes", "8", "--num-envs", "4", "--episodes-per-update", "4", "--mini-batch-size", "4",
+            "--episodes", "4", "--num-envs", "4", "--episodes-per-update", "4", "--mini-batch-size", "4",
             "--warmstart-steps", "0", "--eval-episodes", "2", "--credit", "episode", "--out", str(out),
         ],
         capture_output=True, text=True, timeout=1500, env={**os.environ, "LMGYM_CACHE": str(cache)},

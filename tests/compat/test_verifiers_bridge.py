@@ -108,7 +108,7 @@ def test_lmgym_train_on_a_verifiers_taskset(taskset, tmp_path):
     result = subprocess.run(
         [
             sys.executable, "-m", "lmgym.cli", "train", "lmgym/Verifiers-v0", "--env-arg", f"taskset={taskset}",
-            "--env-arg", "max_action_tokens=16", "--episodes", "4", "--num-envs", "4", "--episodes-per-update", "4",
+            "--env-arg", "max_action_tokens=16", "--episodes", "4", "--num-envs", "2", "--episodes-per-update", "4",
             "--mini-batch-size", "4", "--warmstart-steps", "0", "--eval-episodes", "2", "--out", str(out),
         ],
         capture_output=True, text=True, timeout=1500,
