@@ -190,7 +190,6 @@ def test_train_with_a_tool_on_a_task_library_env_and_eval_applies_it(tmp_path):
     out = tmp_path / "run"
     task = ["lmgym/ReasoningGym-v0", "--env-arg", "task=basic_arithmetic", "--model", str(path), "--chat-template"]
     small = ["--episodes", "4", "--num-envs", "4", "--episodes-per-update", "4", "--eval-episodes", "2"]
-    small += ["--env-arg", "max_action_tokens=16"]
     result = lmgym_cli("train", *task, "--tools", "calc", *small, "--eval-every", "0", "--out", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = [x for x in result.stdout.splitlines() if x.startswith("recipe for a pretrained model: ")]
