@@ -149,11 +149,15 @@ def pretrained_recipe(env: gym.Env, tokenizer: Any, lora: bool | None = None, wa
     return Recipe(config, PRETRAINED_WARMSTART_STEPS, budget[0], turns)
 
 
+class BudgetTooShort(ValueError):
+    """A turn budget the env was given is shorter than its oracle's turns (``action_budget``)."""
+
+
 def action_budget(env: gym.Env, tokenizer: Any, seeds: range = range(16), turns: int = 32) -> tuple[int, int] | None:
     """Budgets for ``env`` from its task, as its oracle plays ``seeds``: tokens a turn (in
     ``tokenizer``'s tokens: twice the oracle's longest turn plus 16, at least 32, a multiple of
     8) and turns an episode (twice the oracle's most, at least 2; it plays at most ``turns``).
-    ``None`` when the env has no oracle. ``ValueError`` where the env's own turn budget is shorter
+    ``None`` when the env has no oracle. ``BudgetTooShort`` where the env's own turn budget is shorter
     than an oracle's turn (a warm start's demonstrations would not fit)."""
     longest, most, room = 0, 0, getattr(env.action_space, "max_length", None)
     for seed in seeds:
@@ -165,7 +169,7 @@ def action_budget(env: gym.Env, tokenizer: Any, seeds: range = range(16), turns:
                 return None
             ids = tokenizer.encode(text)
             if room is not None and len(ids) > room:
-                raise ValueError(
+                raise BudgetTooShort(
                     f"max_action_tokens={room} is shorter than the env's oracle's turns ({len(ids)} tokens on "
                     f"seed {seed}): the warm start's demonstrations would not fit; raise it or pass --warmstart-steps 0"
                 )
@@ -304,6 +308,7 @@ def default_agent(
 
 
 __all__ = [
+    "BudgetTooShort",
     "DEFAULT_EPISODES",
     "LONG_EPISODE_BATCHES",
     "LONG_EPISODE_TURNS",

@@ -135,7 +135,7 @@ def pretrained_recipe(spec: RunSpec) -> tuple[RunSpec, Recipe]:
     try:
         lora = None if spec.lora is None else spec.lora != "none"
         recipe = defaults.pretrained_recipe(env, tokenizer, lora=lora, warmstart=spec.warmstart_steps)
-    except ValueError as e:  # a budget given too small for the oracle, say
+    except defaults.BudgetTooShort as e:
         raise UsageError(str(e).splitlines()[0]) from e
     finally:
         close_within(env)

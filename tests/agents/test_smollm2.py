@@ -133,7 +133,6 @@ def test_lmgym_train_a_reasoning_gym_task_with_the_calculator(cache, tmp_path):
     out = tmp_path / "run"
     task = ["lmgym/ReasoningGym-v0", "--env-arg", "task=basic_arithmetic", "--model", str(GGUF), "--chat-template"]
     small = ["--episodes", "4", "--episodes-per-update", "4", "--num-envs", "4", "--eval-episodes", "2"]
-    small += ["--env-arg", "max_action_tokens=48"]
     result = subprocess.run(
         [sys.executable, "-m", "lmgym.cli", "train", *task, "--tools", "calc", *small, "--warmstart-steps", "2"]
         + ["--eval-every", "0", "--record-episodes", "0", "--out", str(out)],
