@@ -53,9 +53,11 @@ class Scorer:
         with_reference: bool = True,
         version: int | None = None,
         max_staleness: int = 1,
+        with_bootstrap: bool = True,
     ) -> None:
         """Fills what each unscored episode lacks: old log-probs and values (the HF engine's decode
-        loop already gave them), the value after a truncated episode's last token, and reference
+        loop already gave them), the value after a truncated episode's last token
+        (``with_bootstrap=False``: left at 0, for an estimator that reads no values), and reference
         log-probs (``with_reference=False``: the policy's own, as TRL does with beta=0).
 
         With ``version`` (the policy's, updates done), an episode sampled by an older policy (the
@@ -73,7 +75,8 @@ class Scorer:
                 e.sampler_logprobs, e.logprobs, e.values = e.logprobs, None, None
         todo = [e for e in episodes if not e.scored]
         temperature = self.temperature()
-        for chunk in self.chunks([e for e in todo if e.logprobs is None or e.values is None or e.truncated]):
+        lacking = [e for e in todo if e.logprobs is None or e.values is None or (with_bootstrap and e.truncated)]
+        for chunk in self.chunks(lacking):
             tokens, attention, actions = self.padded(chunk)
             logits, values = self.policy(tokens, attention, actions)  # (N, V): the action tokens' only
             logprobs = action_logprobs(logits, tokens, actions, temperature)[1]  # (B, T)

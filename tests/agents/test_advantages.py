@@ -126,3 +126,19 @@ def test_kl_in_reward_or_in_loss():
     tok = ByteTokenizer()
     metrics = in_loss.step([torch.tensor(tok.encode("Q"))], [torch.tensor(tok.encode("ab"))], [1.0])
     assert metrics["loss/kl"] >= 0.0
+
+
+@pytest.mark.parametrize("estimator, forwards", [("gae", 1), ("rloo", 0)])
+def test_a_truncated_episode_is_forwarded_for_its_bootstrap_only_when_the_estimator_reads_values(estimator, forwards):
+    agent = make_agent(estimator=estimator, group_size=1 if estimator == "gae" else 2)
+    episodes = [scored_episode([0, 0.25, 0], [0.0], [False, True, False], [1], truncated=True) for _ in range(2)]
+    for e in episodes:
+        e.ref_logprobs = None  # unscored; the engine gave log-probs and values
+    calls = []
+    policy = agent.scorer.policy
+    agent.scorer.policy = lambda *a: calls.append(a) or policy(*a)
+    with torch.no_grad():
+        agent.value_head.bias.fill_(0.5)  # V = 0.5 everywhere
+    agent.score(episodes)
+    assert len(calls) == forwards and all(e.scored for e in episodes)
+    assert [e.bootstrap_value for e in episodes] == [pytest.approx(0.5 * forwards)] * 2  # unread by rloo: left at 0
