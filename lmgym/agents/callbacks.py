@@ -16,7 +16,7 @@ Callbacks see the agent through ``Learner``, the few things of it they use.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -227,8 +227,8 @@ class NoSignal(Callback):
     stops (``stopped`` says why) instead of spending its budget on nothing (``patience=None``: it
     never stops)."""
 
-    def __init__(self, patience: int | None = 3, say: Callable[[str], Any] = print):
-        self.patience, self.say = patience, say
+    def __init__(self, patience: int | None = 3, say: Callable[[str], Any] = print, help: str | None = None):
+        self.patience, self.say, self.help = patience, say, help_line() if help is None else help
         self.batches, self.in_a_row, self.warned = 0, 0, False
         self.stopped: str | None = None
 
@@ -238,17 +238,33 @@ class NoSignal(Callback):
         self.in_a_row = self.in_a_row + 1 if problem else 0
         if problem and not self.warned:
             self.warned = True
-            self.say(f"warning: batch {self.batches}: {problem}: RL has nothing to reinforce. {HELP}")
+            self.say(f"warning: batch {self.batches}: {problem}: RL has nothing to reinforce. {self.help}")
         if problem and self.patience is not None and self.in_a_row >= self.patience:
             self.stopped = f"{self.in_a_row} batches in a row gave RL nothing to learn from (the last: {problem})"
             return False
         return None
 
 
-HELP = (
-    "An answer format the model writes (--env-arg answer_format=final), an easier task (--env-arg config=...), "
-    "a tool (--tools calc), a warm start on the oracle (--warmstart-steps N), or a larger group would help"
-)
+HINTS = {
+    "answer_format": "an answer format the model writes (--env-arg answer_format=final)",
+    "config": "an easier task (--env-arg config=...)",
+    "tools": "a tool (--tools calc)",
+    "warmstart": "a warm start on the oracle (--warmstart-steps N)",
+    "group": "a larger group",
+}
+"""What may give a run without signal one, by what the run would change (``help_line``)."""
+
+
+def help_line(have: Collection[str] = ()) -> str:
+    """The no-signal warning's advice: the ``HINTS`` but those the run ``have`` already.
+
+    Example:
+        >>> help_line({"tools", "answer_format", "config"})
+        'A warm start on the oracle (--warmstart-steps N), or a larger group would help'
+    """
+    hints = [hint for key, hint in HINTS.items() if key not in have]
+    text = ", ".join(hints[:-1]) + (", or " if len(hints) > 1 else "") + hints[-1]
+    return text[0].upper() + text[1:] + " would help"
 
 
 def no_signal(batch: Trajectories, grouped: bool) -> str | None:
@@ -301,11 +317,13 @@ __all__ = [
     "CheckpointCallback",
     "Evaluator",
     "MetricsCallback",
+    "HINTS",
     "NoSignal",
     "ProgressCallback",
     "RecordCallback",
     "StopAtSuccess",
     "eval_metrics",
     "fire",
+    "help_line",
     "run_callbacks",
 ]

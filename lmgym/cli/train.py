@@ -267,7 +267,7 @@ def learn(
     early at ``--stop-at-success``; the final evaluation, and the episodes the run was to train.
     The run's time is estimated up front from ``pace`` (the evaluation's seconds an episode) and
     again, measured, from the first update."""
-    from lmgym.agents.callbacks import Evaluator, NoSignal, StopAtSuccess
+    from lmgym.agents.callbacks import Evaluator, NoSignal, StopAtSuccess, help_line
     from lmgym.agents.evaluation import evaluate
 
     target = spec.episodes
@@ -275,7 +275,7 @@ def learn(
         eval_envs, min(100, spec.eval_episodes), spec.eval_every, spec.eval_episodes, target, spec.samples
     )
     stop, timer = StopAtSuccess(spec.stop_at_success), FirstUpdate()
-    signal = NoSignal(patience=None if spec.allow_no_signal else 3)
+    signal = NoSignal(patience=None if spec.allow_no_signal else 3, help=help_line(has_already(spec)))
     first_callbacks: list[Any] = [signal, evaluator, stop, timer]
     learn_to = functools.partial(agent.learn, envs, log_dir=spec.out, checkpoint_dir=spec.out / "checkpoints")
     first = agent.num_episodes + agent.config.episodes_per_update
@@ -299,6 +299,14 @@ UPDATE_EPISODE_COST = 9
 the evaluation's batch): sampling, scoring and the gradient step. Measured on SmolLM2-135M with
 LoRA from rewards alone on 2-digit sums, 1 thread of a 2-core machine: 8.6 (GRPO) and 9.7 (RLOO)
 at the first update; an estimate only, said as one until the first update is timed."""
+
+
+def has_already(spec: RunSpec) -> set[str]:
+    """What of the no-signal advice (``callbacks.HINTS``) the run has already: a tool, the final
+    answer format, a warm start."""
+    given = {"tools": bool(spec.tools), "warmstart": bool(spec.warmstart_steps)}
+    given["answer_format"] = spec.env_kwargs.get("answer_format") == "final"
+    return {key for key, present in given.items() if present}
 
 
 def say_estimate(agent: PPOAgent, target: int | None, pace: float, eval_every: int, least: int) -> None:

@@ -15,7 +15,7 @@ from helpers import build_chat_model, tiny_model
 
 import lmgym  # noqa: F401
 from lmgym.agents import PPOAgent, PPOConfig
-from lmgym.agents.callbacks import NoSignal
+from lmgym.agents.callbacks import HINTS, NoSignal, help_line
 from lmgym.agents.evaluation import evaluate
 from lmgym.agents.intervals import mean_interval, pass_at_k, wilson
 from lmgym.agents.rewards import trained_rewards
@@ -77,6 +77,18 @@ def test_no_signal_says_so_once_and_stops_after_batches_in_a_row():
     assert "3 batches in a row" in check.stopped and "returned 0" in check.stopped
     patient = NoSignal(patience=None, say=said.append)
     assert all(patient.on_collect(agent, flat) is None for _ in range(5)) and patient.stopped is None
+
+
+def test_the_advice_leaves_out_what_the_run_has():
+    assert help_line() == (
+        "An answer format the model writes (--env-arg answer_format=final), an easier task (--env-arg config=...), "
+        "a tool (--tools calc), a warm start on the oracle (--warmstart-steps N), or a larger group would help"
+    )
+    assert help_line(set(HINTS) - {"group"}) == "A larger group would help"
+    said = []
+    agent = type("A", (), {"config": PPOConfig()})()
+    NoSignal(say=said.append, help=help_line({"tools"})).on_collect(agent, Trajectories([episode([0.0])] * 2))
+    assert "--tools" not in said[0] and said[0].endswith("or a larger group would help")
 
 
 def test_no_signal_counts_successes_not_only_reward_variance():
@@ -201,12 +213,13 @@ def test_a_run_without_signal_says_so_and_stops_without_spending_its_budget(tmp_
     result = lmgym_cli(
         "train", "lmgym/ReasoningGym-v0", "--env-arg", "task=basic_arithmetic", "--model", str(path),
         "--warmstart-steps", "0", "--env-arg", "max_action_tokens=8", "--env-arg", "partial_credit=False",
-        "--episodes", "64", "--num-envs", "8",
+        "--env-arg", "answer_format=final", "--episodes", "64", "--num-envs", "8",
         "--eval-episodes", "8", "--episodes-per-update", "16", "--out", str(tmp_path / "run"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     (warning,) = [x for x in result.stdout.splitlines() if x.startswith("warning: batch 1: ")]
     assert "RL has nothing to reinforce" in warning and "--warmstart-steps N" in warning
+    assert "answer_format" not in warning and "--tools calc" in warning  # what the run has is not advised
     (stop,) = [x for x in result.stdout.splitlines() if x.startswith("stopped after ")]
     assert stop.startswith("stopped after 32 episodes: 3 batches in a row")  # the third is not trained on
     assert "--allow-no-signal" in stop
