@@ -1,5 +1,7 @@
 """The task-library adapters: reasoning-gym, TextArena and GEM under gym.make, with lmgym's contract."""
 
+import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -183,8 +185,12 @@ def test_textarena_opponent_from_a_saved_model(tmp_path):
 
 
 @needs_gem
-def test_gem_errors_name_the_env():
+def test_gem_errors_name_the_env(monkeypatch):
     from lmgym.compat import gem
+
+    for name in ("huggingface_hub.constants", "datasets.config"):  # offline at once, not after the Hub's retries
+        if importlib.util.find_spec(name.partition(".")[0]):
+            monkeypatch.setattr(importlib.import_module(name), "HF_HUB_OFFLINE", True)
 
     assert gem.make("game:GuessTheNumber-v0-easy").unwrapped.env_id == "game:GuessTheNumber-v0-easy"
     with pytest.raises(ValueError, match="unknown GEM env 'game:GuessTheNumber-v0-eas'; did you mean"):
