@@ -40,7 +40,7 @@ PRETRAINED_CONFIG: dict[str, Any] = {
 """PPOConfig overrides for a pretrained model (``lmgym train --model``), with LoRA."""
 PURE_RL_CONFIG: dict[str, Any] = {
     "learning_rate": 3e-4,  # LoRA r=16 on SmolLM2-135M: 1e-4 left its weights where they were in 24 steps (KL < 0.001)
-    "estimator": "rloo",  # critic-free; with bnpo, the best mean of the loss family's two-seed table (rewards-alone.md)
+    "estimator": "rloo",  # critic-free; with bnpo: no loss variant beat its 2-seed mean on both tasks (rewards-alone)
     "group_size": 8,  # episodes per task: 8 gives a group a reward spread at success rates of 5-60%
     "episodes_per_update": 64,
     "mini_batch_size": 8,  # 8 optimizer steps an update; 16 at once with sampled replies of ~200 tokens
