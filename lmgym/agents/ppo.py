@@ -173,10 +173,8 @@ class PPOAgent:
     def score(self, episodes: Iterable[Episode]) -> None:
         """Fills each episode's old and reference log-probs and values (``Scorer``), anew for one
         an older policy sampled; the reference forward is skipped while the KL term is off
-        (``kl_coef=0``, not adaptive), and a truncated episode's bootstrap value when the estimator
-        is critic-free (a multi-turn task's failures are mostly truncated: a forward each, unread)."""
-        cfg = self.config
-        kl_on = self.kl_controller.value != 0 or cfg.adaptive_kl
+        (``kl_coef=0``, not adaptive), and a truncated episode's bootstrap value unless GAE reads it."""
+        cfg, kl_on = self.config, self.kl_controller.value != 0 or self.config.adaptive_kl
         self.scorer(episodes, kl_on, self.num_updates, cfg.rollout.max_staleness, cfg.estimator == "gae")
 
     def ref_logits(self, tokens: torch.Tensor, attention: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
