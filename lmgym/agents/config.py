@@ -282,12 +282,12 @@ class PPOConfig:
     loss_type: str = "bnpo"
     """How the policy loss averages its tokens (TRL's ``loss_type``): ``"bnpo"``, over the action
     tokens of the minibatch (lmgym's loss so far); ``"grpo"``, over each episode's tokens, then over
-    episodes (Shao et al. 2024; longer episodes weigh less per token); ``"dapo"``, over the action
-    tokens of the optimizer step's whole batch, every process and accumulated minibatch together
-    (Yu et al. 2025); ``"dr_grpo"``, a token sum over a constant, episodes x the turn budget x the
-    most turns an episode of the update took (Liu et al. 2025); ``"cispo"``, the clipped importance
-    weight, its gradient stopped, times the log-prob, averaged as ``dapo`` (MiniMax-M1, 2025). The
-    value loss and entropy stay token means."""
+    episodes (Shao et al. 2024; longer episodes weigh less per token); ``"dapo"``, a token sum over
+    the mean optimizer step's action tokens, the whole update batch's (every process) over its
+    optimizer steps, one divisor for every step as in TRL (Yu et al. 2025); ``"dr_grpo"``, a token
+    sum over a constant, episodes x the turn budget x the most turns an episode of the update took
+    (Liu et al. 2025); ``"cispo"``, the clipped importance weight, its gradient stopped, times the
+    log-prob, averaged as ``dapo`` (MiniMax-M1, 2025). The value loss and entropy stay token means."""
     importance_sampling_level: str = "token"
     """``"token"``: PPO's per-token ratio; ``"sequence"``: GSPO's (Zheng et al. 2025), one ratio per
     episode, exp of the mean of its action tokens' log-ratios (every turn's), clipped as one."""

@@ -88,7 +88,8 @@ def aggregate(
     """The policy loss of a minibatch from its per-token losses (B, T) over ``mask``, by
     ``PPOConfig.loss_type``: ``bnpo``, the mean over the minibatch's tokens; ``grpo``, each row's
     token mean, then the mean over rows; ``dapo``, ``cispo`` and ``dr_grpo``, the token sum over
-    ``normalizer`` (the optimizer step's tokens; rows x the constant length), given by ``update``.
+    ``normalizer`` (the update batch's tokens per optimizer step; rows x the constant length),
+    given by ``PPOAgent.minibatches``.
 
     Example:
         >>> losses, mask = torch.tensor([[1.0, 1.0, 1.0], [4.0, 0.0, 0.0]]), torch.tensor([[1, 1, 1], [1, 0, 0]]).bool()

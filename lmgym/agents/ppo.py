@@ -280,26 +280,24 @@ class PPOAgent:
 
     def minibatches(self, padded: LossInputs, batch: Trajectories) -> Iterator[tuple[torch.Tensor, float | None]]:
         """The rows of each minibatch (``n_epochs`` shuffles), each with what its policy loss's token
-        sum is divided by (``ppo_loss.aggregate``): for ``dapo`` and ``cispo``, the policy tokens of
-        its optimizer step (every accumulated minibatch, every process; times the accumulation
-        steps, which accelerate divides by); for ``dr_grpo``, its rows x the turn budget x the most
-        turns an episode took; ``None`` for the others."""
+        sum is divided by (``ppo_loss.aggregate``): for ``dapo`` and ``cispo``, as TRL's, the policy
+        tokens of the whole update batch (every process) over its optimizer steps, i.e. the mean
+        step's (over the accumulation steps too, which accelerate divides by); for ``dr_grpo``, its
+        rows x the turn budget x the most turns an episode took; ``None`` for the others."""
         cfg = self.config
         mask = padded.action_mask if padded.policy_mask is None else padded.policy_mask
         tokens = mask.sum(-1).float()  # (N,)
         all_rows = list(ppo_loss.minibatch_rows(len(batch), cfg.mini_batch_size, cfg.n_epochs))
         steps = cfg.gradient_accumulation_steps
-        for lo in range(0, len(all_rows), steps):
-            group = all_rows[lo : lo + steps]
-            normalizer: float | None = None
-            if cfg.loss_type in ("dapo", "cispo"):
-                step_tokens = tokens[torch.cat(group).to(tokens.device)].sum()
-                normalizer = float(self.accelerator.gather(step_tokens[None]).mean()) / steps
-            for rows in group:
-                if cfg.loss_type == "dr_grpo":
-                    turns = max(len(e.rewards) for e in batch)
-                    normalizer = len(rows) * (batch.turn_budget or max(e.num_action_tokens for e in batch)) * turns
-                yield rows, normalizer
+        normalizer: float | None = None
+        if cfg.loss_type in ("dapo", "cispo"):  # per process: accelerate's DDP averages over processes
+            batch_tokens = float(self.accelerator.gather(tokens.sum()[None]).mean()) * cfg.n_epochs
+            normalizer = batch_tokens / -(-len(all_rows) // steps) / steps  # over ceil(minibatches / steps)
+        for rows in all_rows:
+            if cfg.loss_type == "dr_grpo":
+                turns = max(len(e.rewards) for e in batch)
+                normalizer = len(rows) * (batch.turn_budget or max(e.num_action_tokens for e in batch)) * turns
+            yield rows, normalizer
 
     @torch.no_grad()
     def init_value_head(self, batch: Trajectories) -> float:

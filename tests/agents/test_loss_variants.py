@@ -25,7 +25,7 @@ def test_each_loss_type_averages_its_tokens_as_trl_defines_it():
     by_hand = {
         "bnpo": (1 + 2 + 3 + 4) / 4,  # the minibatch's active tokens
         "grpo": ((1 + 2 + 3) / 3 + 4 / 1) / 2,  # each sequence's mean, then the mean of sequences
-        "dapo": (1 + 2 + 3 + 4) / 20,  # the optimizer step's active tokens (20, from update)
+        "dapo": (1 + 2 + 3 + 4) / 20,  # the mean optimizer step's active tokens (20, from minibatches)
         "dr_grpo": (1 + 2 + 3 + 4) / (2 * 8),  # rows x the constant length (8)
     }
     normalizers = {"bnpo": None, "grpo": None, "dapo": 20.0, "dr_grpo": 16.0}
@@ -146,18 +146,27 @@ def test_each_variant_trains_single_and_multi_turn_episodes():
             assert moved and torch.isfinite(torch.tensor(metrics["loss/policy"])), (kind, variant)
 
 
-def test_dapo_divides_by_the_optimizer_steps_tokens_and_dr_grpo_by_a_constant():
-    episodes = [multi_turn_episode([0.0, float(i % 2)], group=i // 2) for i in range(4)]  # 5 action tokens each
+def test_dapo_divides_by_the_mean_optimizer_steps_tokens_and_dr_grpo_by_a_constant():
+    # two episodes of two turns (5 action tokens each), two of one turn (2 each): 14 tokens in the batch
+    episodes = [multi_turn_episode([0.0, float(i % 2)][i // 2 :], group=i // 2) for i in range(4)]
     batch = Trajectories(episodes, turn_budget=8)
-    agent = agent_for(
-        estimator="grpo", group_size=2, n_epochs=1, mini_batch_size=1, gradient_accumulation_steps=2, loss_type="dapo"
-    )
-    agent.score(batch)
-    inputs = agent.derive(batch).loss_inputs(2.0, torch.device("cpu"))
-    # two minibatches of one episode per optimizer step: 10 tokens, over 2 accumulation steps (accelerate divides by 2)
-    assert [n for _, n in agent.minibatches(inputs, batch)] == [5.0] * 4
+    for steps, expected in [(1, 14 / 4), (2, 14 / 2 / 2)]:  # accelerate divides each minibatch's loss by steps
+        agent = agent_for(
+            estimator="grpo",
+            group_size=2,
+            n_epochs=1,
+            mini_batch_size=1,
+            gradient_accumulation_steps=steps,
+            loss_type="dapo",
+        )
+        agent.score(batch)
+        inputs = agent.derive(batch).loss_inputs(2.0, torch.device("cpu"))
+        # TRL's: the batch's tokens over its optimizer steps, the same for every step (bnpo: each its own, 5 or 2)
+        assert [n for _, n in agent.minibatches(inputs, batch)] == [expected] * 4
+        agent.config.n_epochs = 2
+        assert [n for _, n in agent.minibatches(inputs, batch)] == [expected] * 8
     agent.config.loss_type = "dr_grpo"
-    assert [n for _, n in agent.minibatches(inputs, batch)] == [1 * 8 * 2] * 4  # rows x budget x most turns
+    assert [n for _, n in agent.minibatches(inputs, batch)] == [1 * 8 * 2] * 8  # rows x budget x most turns
 
 
 def test_dynamic_sampling_drops_flat_groups_and_collects_more():
