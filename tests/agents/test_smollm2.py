@@ -132,16 +132,17 @@ def test_lmgym_train_a_reasoning_gym_task_with_the_calculator(cache, tmp_path):
     env = {**os.environ, "LMGYM_CACHE": str(cache)}
     out = tmp_path / "run"
     task = ["lmgym/ReasoningGym-v0", "--env-arg", "task=basic_arithmetic", "--model", str(GGUF), "--chat-template"]
-    small = ["--episodes", "4", "--episodes-per-update", "4", "--num-envs", "4", "--eval-episodes", "2"]
+    small = ["--episodes", "4", "--episodes-per-update", "4", "--num-envs", "4", "--eval-episodes", "1"]
+    small += ["--env-arg", "max_episode_steps=2"]  # a calculator call and an answer
     result = subprocess.run(
-        [sys.executable, "-m", "lmgym.cli", "train", *task, "--tools", "calc", *small, "--warmstart-steps", "2"]
+        [sys.executable, "-m", "lmgym.cli", "train", *task, "--tools", "calc", *small, "--warmstart-steps", "1"]
         + ["--eval-every", "0", "--record-episodes", "0", "--out", str(out)],
         capture_output=True,
         text=True,
         env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "recipe for a pretrained model: LoRA r=16, learning_rate 0.0001, warm start 2 steps" in result.stdout
+    assert "recipe for a pretrained model: LoRA r=16, learning_rate 0.0001, warm start 1 steps" in result.stdout
     from lmgym.agents.models import read_manifest
 
     manifest = read_manifest(out / "model")
